@@ -5,7 +5,7 @@ into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this
 :mod:`keyqueue.aio` for the two shells around one state machine (:mod:`keyqueue._core`).
 """
 
-from keyqueue._core import QueueStats
+from keyqueue._core import AddResult, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.errors import ShutDown
 from keyqueue.ratelimit import (
@@ -21,6 +21,7 @@ from keyqueue.ratelimit import (
 from keyqueue.threaded import DelayingQueue, Queue, RateLimitingQueue
 
 __all__ = [
+    "AddResult",
     "BucketRateLimiter",
     "Clock",
     "DelayingQueue",

@@ -22,22 +22,36 @@ import heapq
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock, seconds_to_ns
 
-__all__ = ["EMPTY", "CountingCore", "MetricsRecorder", "QueueCore", "QueueStats", "check_delay", "check_hashable", "check_timeout"]
+__all__ = [
+    "EMPTY",
+    "AddResult",
+    "CountingCore", "MetricsRecorder", "QueueCore", "QueueStats", "check_delay", "check_hashable", "check_timeout"]
 
 T = TypeVar("T", bound=Hashable)
 
-# Outcomes of QueueCore.add / add_after. Plain ints keep the hot path cheap.
-DROPPED: Final = 0  # the queue is shutting down; nothing changed
-DEDUP: Final = 1  # the key was already dirty (waiting, or processing + dirty); nothing changed
-MARKED: Final = 2  # the key is being processed; it is now dirty and done() will re-queue it once
-QUEUED: Final = 3  # the key joined the fifo tail: a waiting get() can take it
-DELAYED: Final = 4  # a delayed entry was stored or moved earlier, but it is not the earliest one
-DELAYED_HEAD: Final = 5  # ... and it is now the earliest entry: a waiter's timeout must be recomputed
-DELAY_KEPT: Final = 6  # an earlier delayed entry for this key already exists; nothing changed
+class AddResult(IntEnum):
+    """What an add did, as decided by the queue (returned by ``add``, ``add_after``, ``add_rate_limited``)."""
+
+    DROPPED = 0  #: the queue is shutting down; nothing changed
+    DEDUP = 1  #: the key was already dirty (waiting, or being processed and marked); nothing changed
+    MARKED = 2  #: the key is being processed; it is now dirty and ``done()`` will queue it again, once
+    QUEUED = 3  #: the key joined the FIFO tail
+    DELAYED = 4  #: a delayed entry was stored, or an existing one moved earlier
+    DELAY_KEPT = 5  #: an earlier delayed entry of this key already exists; nothing changed
+
+
+# Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
+DROPPED: Final = AddResult.DROPPED
+DEDUP: Final = AddResult.DEDUP
+MARKED: Final = AddResult.MARKED
+QUEUED: Final = AddResult.QUEUED
+DELAYED: Final = AddResult.DELAYED
+DELAY_KEPT: Final = AddResult.DELAY_KEPT
 
 # A delay this long (or infinite) means "never" in practice: 2**63 ns is ~292 years, Go's InfDuration.
 _MAX_DELAY_NS: Final = 2**63 - 1
@@ -167,7 +181,7 @@ class QueueCore(Generic[T]):
 
     # -- adds ---------------------------------------------------------------------------------------------
 
-    def add(self, item: T, at_ns: int | None = None) -> int:
+    def add(self, item: T, at_ns: int | None = None) -> AddResult:
         """Apply one add. Returns DROPPED, DEDUP, MARKED or QUEUED. ``at_ns``: when it happened (for metrics)."""
         if self.shutting_down:
             return DROPPED
@@ -182,11 +196,12 @@ class QueueCore(Generic[T]):
         self.fifo.append(item)
         return QUEUED
 
-    def add_after(self, item: T, delay: float) -> int:
+    def add_after(self, item: T, delay: float) -> AddResult:
         """Add ``item`` once ``delay`` seconds have passed on the clock.
 
-        ``delay <= 0`` adds now (returns what :meth:`add` returns). Otherwise returns DELAYED, DELAYED_HEAD or
-        DELAY_KEPT: of several delayed entries of one key the earliest is kept. A plain add does not cancel a
+        ``delay <= 0`` adds now (returns what :meth:`add` returns). Otherwise returns DELAYED or DELAY_KEPT: of
+        several delayed entries of one key the earliest is kept. After DELAYED, a shell whose waiters sleep until
+        :meth:`next_ready_ns` must let one of them re-compute its timeout. A plain add does not cancel a
         delayed entry. Raises ``ValueError`` for NaN and ``TypeError`` for an unhashable item, changing nothing.
         """
         delay = check_delay(delay)
@@ -211,7 +226,7 @@ class QueueCore(Generic[T]):
             # Too many superseded entries: rebuild from the live ones.
             self._heap = heap = list(self._waiting.values())
             heapq.heapify(heap)
-        return DELAYED_HEAD if heap[0] is entry else DELAYED
+        return DELAYED
 
     def promote_due(self, now_ns: int) -> int:
         """Add every delayed entry whose time is <= ``now_ns``, earliest first. Returns how many fired."""
@@ -244,6 +259,10 @@ class QueueCore(Generic[T]):
         return len(self._waiting)
 
     # -- hand-out and completion -----------------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        """True if the fifo is non-empty (without firing due entries)."""
+        return bool(self.fifo)
 
     def pop(self) -> T | _Empty:
         """Hand out the fifo head (first firing whatever is due): it moves from dirty to processing.
@@ -320,14 +339,14 @@ class CountingCore(QueueCore[T]):
         # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
         self._counts = [0] * 10
 
-    def add(self, item: T, at_ns: int | None = None) -> int:
+    def add(self, item: T, at_ns: int | None = None) -> AddResult:
         outcome = super().add(item, at_ns)
         c = self._counts
         c[0] += 1
         c[(4, 2, 3, 1)[outcome]] += 1
         return outcome
 
-    def add_after(self, item: T, delay: float) -> int:
+    def add_after(self, item: T, delay: float) -> AddResult:
         outcome = super().add_after(item, delay)
         if outcome >= DELAYED:
             self._counts[8] += 1
@@ -336,6 +355,10 @@ class CountingCore(QueueCore[T]):
     def _fire(self, item: T, ready_ns: int) -> None:
         self._counts[9] += 1
         super()._fire(item, ready_ns)
+
+    def has_ready(self) -> bool:
+        """True if the fifo is non-empty (without firing due entries)."""
+        return bool(self.fifo)
 
     def pop(self) -> T | _Empty:
         item = super().pop()

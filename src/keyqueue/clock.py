@@ -62,11 +62,9 @@ class Clock:
         Only a weak reference is kept (bound methods through :class:`weakref.WeakMethod`), so a subscribed queue
         can still be garbage-collected. The callback runs in the thread that moves the clock and must not block.
         """
-        ref: weakref.ReferenceType[Callable[[], None]]
-        if hasattr(callback, "__self__"):
-            ref = weakref.WeakMethod(callback)  # type: ignore[arg-type]
-        else:
-            ref = weakref.ref(callback)
+        ref: weakref.ReferenceType[Callable[[], None]] = (
+            weakref.WeakMethod(callback) if hasattr(callback, "__self__") else weakref.ref(callback)
+        )
         with self._listeners_lock:
             self._listeners = [r for r in self._listeners if r() is not None]
             self._listeners.append(ref)

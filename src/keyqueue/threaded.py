@@ -16,9 +16,11 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from keyqueue._core import (
-    DELAYED_HEAD,
+    DEDUP,
+    DELAYED,
     EMPTY,
     QUEUED,
+    AddResult,
     CountingCore,
     QueueCore,
     QueueStats,
@@ -73,9 +75,11 @@ class Queue(Generic[T]):
 
     # -- adding ------------------------------------------------------------------------------------------
 
-    def add(self, item: T) -> None:
+    def add(self, item: T) -> AddResult:
         """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock).
 
+        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
+        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
         Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
         """
         # Lock-free dedup. If the probe sees item in dirty, this add is linearised at the probe: at that instant
@@ -87,15 +91,17 @@ class Queue(Generic[T]):
         # probe misses (or fast_dirty is the empty set of a counting core), the add runs under the lock.
         try:
             if item in self._fast_dirty:
-                return
+                return DEDUP
         except TypeError:
             check_hashable(item)
             raise
         lock = self._lock
         lock.acquire()
         try:
-            if self._core.add(item) == QUEUED and self._getters:
+            outcome = self._core.add(item)
+            if outcome == QUEUED and self._getters:
                 self._readable.notify()
+            return outcome
         finally:
             lock.release()
 
@@ -117,9 +123,9 @@ class Queue(Generic[T]):
             item = core.pop()
             if item is EMPTY:
                 return self._wait_and_pop(timeout)
-            if self._getters and core.fifo:
+            if self._getters and core.has_ready():
                 self._readable.notify()  # several delayed keys fell due at once: pass the wake-up on
-            return item
+            return item  # type: ignore[return-value]  # not EMPTY, so a T
         finally:
             lock.release()
 
@@ -145,12 +151,13 @@ class Queue(Generic[T]):
                 self._getters -= 1
             item = core.pop()
             if item is not EMPTY:
-                if self._getters and core.fifo:
+                if self._getters and core.has_ready():
                     self._readable.notify()
-                return item
+                return item  # type: ignore[return-value]  # not EMPTY, so a T
 
-    def done(self, item: T) -> None:
-        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once).
+    def done(self, item: T) -> bool:
+        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
+        is returned (a redelivery); otherwise ``False``.
 
         ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
         is still queued and handed out, so a drain can finish it).
@@ -162,8 +169,10 @@ class Queue(Generic[T]):
             if core.done(item):
                 if self._getters:
                     self._readable.notify()
-            elif self._drainers and core.idle():
+                return True
+            if self._drainers and core.idle():
                 self._idle.notify_all()
+            return False
         finally:
             lock.release()
 
@@ -273,21 +282,24 @@ class Queue(Generic[T]):
 class DelayingQueue(Queue[T]):
     """A :class:`Queue` with :meth:`add_after`."""
 
-    def add_after(self, item: T, delay: float) -> None:
+    def add_after(self, item: T, delay: float) -> AddResult:
         """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
 
         Of several delayed adds of one key the earliest time wins. A plain :meth:`add` does not cancel a delayed
         entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
         are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
-        ``ValueError`` for NaN; the queue is unchanged.
+        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
+        ``DELAY_KEPT`` for a delayed entry, else what :meth:`add` returns).
         """
         delay = check_delay(delay)
         lock = self._lock
         lock.acquire()
         try:
             outcome = self._core.add_after(item, delay)
-            if (outcome == QUEUED or outcome == DELAYED_HEAD) and self._getters:
+            if outcome in (QUEUED, DELAYED) and self._getters:
+                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
                 self._readable.notify()
+            return outcome
         finally:
             lock.release()
 
@@ -313,13 +325,13 @@ class RateLimitingQueue(DelayingQueue[T]):
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
         )
 
-    def add_rate_limited(self, item: T) -> None:
+    def add_rate_limited(self, item: T) -> AddResult:
         """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
 
         As in client-go the limiter is consulted even after shutdown (the add itself is then dropped).
         """
         check_hashable(item)
-        self.add_after(item, self.rate_limiter.when(item))
+        return self.add_after(item, self.rate_limiter.when(item))
 
     def forget(self, item: T) -> None:
         """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""
