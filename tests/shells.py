@@ -6,12 +6,18 @@ blocking methods, so every conformance test runs unchanged against every shell.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import keyqueue
+import keyqueue.aio
 
 ShellFactory = Callable[..., Any]
+R = TypeVar("R")
 
 
 def threaded(kind: str, *args: Any, **kwargs: Any) -> Any:
@@ -23,4 +29,111 @@ def threaded(kind: str, *args: Any, **kwargs: Any) -> Any:
     return cls(*args, **kwargs)
 
 
-SHELLS: dict[str, ShellFactory] = {"threaded": threaded}
+class LoopThread:
+    """An asyncio event loop running in a daemon thread, for driving coroutines from synchronous test code."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(started.set)
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, name="aio-facade-loop", daemon=True)
+        self.thread.start()
+        if not started.wait(5):
+            raise RuntimeError("the facade's event loop did not start")
+
+    def run(self, coro: Coroutine[Any, Any, R], timeout: float | None = None) -> R:
+        """Run ``coro`` in the loop and block the calling thread for its result (or its exception)."""
+        fut: concurrent.futures.Future[R] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    def close(self) -> None:
+        """Cancel what is still running in the loop, stop it and join its thread. Idempotent."""
+        if self.loop.is_closed():
+            return
+
+        async def cancel_all() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self.thread.is_alive():
+            self.run(cancel_all(), timeout=5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+        self.loop.close()
+
+
+class AioFacade:
+    """A keyqueue.aio queue behind the threading shell's synchronous API.
+
+    The coroutines (``get``, ``shut_down_with_drain``, the ``lease`` and ``async for`` protocol) run in a private
+    event loop thread, the caller blocking for the result. The plain methods (``add``, ``done``, ``add_after``,
+    ``shut_down`` ...) are called directly in the caller's thread — the "add from any thread" path of the aio
+    shell, which must wake a ``get()`` waiting in the loop.
+    """
+
+    def __init__(self, queue: keyqueue.aio.Queue[Any]) -> None:
+        self.queue = queue
+        self._loop = LoopThread()
+
+    def __getattr__(self, name: str) -> Any:
+        # add, done, add_after, add_rate_limited, forget, num_requeues, stats, shut_down, shutting_down, clock ...
+        return getattr(self.queue, name)
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def get(self, timeout: float | None = None) -> Any:
+        return self._loop.run(self.queue.get(timeout))
+
+    def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+        return self._loop.run(self.queue.shut_down_with_drain(timeout))
+
+    @contextmanager
+    def lease(self, timeout: float | None = None) -> Iterator[Any]:
+        cm = self.queue.lease(timeout)
+        key = self._loop.run(cm.__aenter__())
+        try:
+            yield key
+        except BaseException as exc:
+            self._loop.run(cm.__aexit__(type(exc), exc, exc.__traceback__))
+            raise
+        else:
+            self._loop.run(cm.__aexit__(None, None, None))
+
+    def __iter__(self) -> Iterator[Any]:
+        it = self.queue.__aiter__()
+        try:
+            while True:
+                try:
+                    key = self._loop.run(it.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield key
+        finally:
+            self._loop.run(it.aclose())
+
+    def close(self) -> None:
+        self._loop.close()
+
+    def __repr__(self) -> str:
+        return f"<AioFacade {self.queue!r}>"
+
+
+def aio(kind: str, *args: Any, **kwargs: Any) -> AioFacade:
+    cls = {
+        "queue": keyqueue.aio.Queue,
+        "delaying": keyqueue.aio.DelayingQueue,
+        "ratelimiting": keyqueue.aio.RateLimitingQueue,
+    }[kind]
+    return AioFacade(cls(*args, **kwargs))
+
+
+SHELLS: dict[str, ShellFactory] = {"threaded": threaded, "asyncio": aio}

@@ -7,7 +7,9 @@ into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this
 
 from keyqueue._core import AddResult, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
+from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
 from keyqueue.errors import ShutDown
+from keyqueue.priority import PriorityQueue
 from keyqueue.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -24,20 +26,34 @@ __all__ = [
     "AddResult",
     "BucketRateLimiter",
     "Clock",
+    "Controller",
     "DelayingQueue",
     "FakeClock",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
     "MaxOfRateLimiter",
+    "PriorityQueue",
     "Queue",
     "QueueStats",
     "RateLimiter",
     "RateLimitingQueue",
     "RealClock",
+    "ReconcileError",
+    "Result",
     "ShutDown",
+    "TerminalError",
     "WithMaxWaitRateLimiter",
     "default_controller_rate_limiter",
     "default_item_based_rate_limiter",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # `keyqueue.aio` without importing asyncio at `import keyqueue` time (that import costs milliseconds).
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module("keyqueue.aio")
+    raise AttributeError(f"module 'keyqueue' has no attribute {name!r}")

@@ -24,6 +24,7 @@ from keyqueue._core import (
     CountingCore,
     QueueCore,
     QueueStats,
+    RateLimitedAdds,
     check_delay,
     check_hashable,
     check_timeout,
@@ -31,7 +32,7 @@ from keyqueue._core import (
 from keyqueue.clock import Clock, RealClock
 from keyqueue.errors import ShutDown
 from keyqueue.metrics import recorder_for
-from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.ratelimit import RateLimiter
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
@@ -68,10 +69,14 @@ class Queue(Generic[T]):
         self._idle = threading.Condition(self._lock)  # shut_down_with_drain() callers wait here
         self._getters = 0  # threads waiting on _readable (so notify() is skipped when nobody waits)
         self._drainers = 0
-        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        self._core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder)
+        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
         self.clock.subscribe(self._on_clock_jump)
+
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
+        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
+        return (CountingCore if stats else QueueCore)(self.clock, recorder)
 
     # -- adding ------------------------------------------------------------------------------------------
 
@@ -304,11 +309,13 @@ class DelayingQueue(Queue[T]):
             lock.release()
 
 
-class RateLimitingQueue(DelayingQueue[T]):
+class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
     """A :class:`DelayingQueue` whose failed keys come back after a delay chosen by a :class:`RateLimiter`.
 
     The worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``, always ``done(key)``.
     The default limiter is :func:`~keyqueue.default_controller_rate_limiter` on the queue's clock.
+    ``add_rate_limited``, ``forget`` and ``num_requeues`` come from :class:`~keyqueue._core.RateLimitedAdds`
+    (shared with the asyncio shell).
     """
 
     def __init__(
@@ -321,22 +328,4 @@ class RateLimitingQueue(DelayingQueue[T]):
         stats: bool = False,
     ) -> None:
         super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
-        self.rate_limiter: RateLimiter[T] = (
-            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
-        )
-
-    def add_rate_limited(self, item: T) -> AddResult:
-        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
-
-        As in client-go the limiter is consulted even after shutdown (the add itself is then dropped).
-        """
-        check_hashable(item)
-        return self.add_after(item, self.rate_limiter.when(item))
-
-    def forget(self, item: T) -> None:
-        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""
-        self.rate_limiter.forget(item)
-
-    def num_requeues(self, item: T) -> int:
-        """How many failures of ``item`` the limiter remembers."""
-        return self.rate_limiter.num_requeues(item)
+        self._init_rate_limiter(rate_limiter)

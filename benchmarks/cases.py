@@ -1,0 +1,504 @@
+"""Every row of the benchmark table: what it measures, its baseline, its target and client-go's figure.
+
+Rows whose module has not landed yet (``keyqueue.aio``, ``keyqueue.metrics.PrometheusMetricsProvider``,
+``keyqueue.PriorityQueue``) report a skip with the reason and light up by themselves once the module exists.
+Keys are strings shaped like controller keys (``default/obj-N``), hashed once before timing (a str caches its hash)
+so the rows measure the queue, not string hashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import importlib
+import inspect
+import queue
+import threading
+import tracemalloc
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import keyqueue
+from benchmarks.harness import Case, Check, Context, Measurement, Skip, time_batch, time_inline
+from benchmarks.naive import NaiveWorkQueue
+from benchmarks.threads import firehose, race, race_via_lab
+from keyqueue import (
+    DelayingQueue,
+    FakeClock,
+    ItemExponentialFailureRateLimiter,
+    Queue,
+    RateLimitingQueue,
+)
+
+__all__ = ["build_cases", "keys"]
+
+KEY = "default/obj-7"
+_KEYS: list[str] = []
+
+
+def keys(n: int) -> list[str]:
+    """The first ``n`` distinct keys ``default/obj-0`` ... (created once per process, hashes cached)."""
+    for i in range(len(_KEYS), n):
+        k = f"default/obj-{i}"
+        hash(k)
+        _KEYS.append(k)
+    return _KEYS[:n]
+
+
+# -- keyqueue, threading shell ---------------------------------------------------------------------------------------
+
+
+def _add_new(n: int) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        return time_batch(ctx, "for k in ks: add(k)", "q = Queue(); add = q.add", {"Queue": Queue, "ks": keys(n)},
+                          ops=n, unit="ns/op")
+    return run
+
+
+def _add_dedup(ctx: Context) -> Measurement:
+    return time_inline(ctx, "add(k)", "q = Queue(); add = q.add; add(k)", {"Queue": Queue, "k": KEY})
+
+
+def _add_processing_mark(n: int) -> Callable[[Context], Measurement]:
+    # Fresh state per repeat: n keys all being processed and not dirty; each add marks one (MARKED, under the lock).
+    setup = "q = Queue(); add = q.add\nfor k in ks: add(k)\nfor _ in ks: q.get()"
+    def run(ctx: Context) -> Measurement:
+        return time_batch(ctx, "for k in ks: add(k)", setup, {"Queue": Queue, "ks": keys(n)}, ops=n, unit="ns/op")
+    return run
+
+
+def _add_processing_dedup(ctx: Context) -> Measurement:
+    return time_inline(ctx, "add(k)", "q = Queue(); add = q.add; add(k); q.get(); add(k)", {"Queue": Queue, "k": KEY})
+
+
+_CYCLE = "add(k); get(); done(k)"
+_CYCLE_SETUP = "add = q.add; get = q.get; done = q.done"
+
+
+def _cycle_of(make: Callable[[], Any]) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        return time_inline(ctx, _CYCLE, _CYCLE_SETUP, {"q": make(), "k": KEY})
+    return run
+
+
+def _cycle_new_key(n: int) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        return time_batch(ctx, "for k in ks: add(k); get(); done(k)", "q = Queue(); " + _CYCLE_SETUP,
+                          {"Queue": Queue, "ks": keys(n)}, ops=n, unit="ns/op")
+    return run
+
+
+def _bulk(n: int) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        ks = keys(n)
+        return time_batch(ctx, "for k in ks: add(k)\nfor _ in ks: done(get())", "q = Queue(); " + _CYCLE_SETUP,
+                          {"Queue": Queue, "ks": ks}, ops=n)
+    return run
+
+
+def _bulk_memory(n: int) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        ks = keys(n)  # the key strings exist before tracing starts: only the queue's own memory is counted
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            q: Queue[str] = Queue()
+            add, get, done = q.add, q.get, q.done
+            for k in ks:
+                add(k)
+            after_adds = tracemalloc.get_traced_memory()[0] - base
+            for _ in ks:
+                done(get())
+            current, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return Measurement(
+            "B/key", [(peak - base) / n], ops=n,
+            note=f"held after adds {after_adds / n:.0f} B/key; after drain {(current - base) / n:.0f} B/key "
+                 "(sets do not shrink)",
+            extra={"peak_bytes": peak - base, "after_adds_bytes": after_adds, "after_drain_bytes": current - base},
+        )
+    return run
+
+
+def _add_after(n: int, fake: bool) -> Callable[[Context], Measurement]:
+    if fake:
+        setup = ("clock = FakeClock(); q = DelayingQueue(clock=clock); add_after = q.add_after; get = q.get; "
+                 "done = q.done")
+        stmt = "for k in ks: add_after(k, 0.001)\nclock.step(0.002)\nfor _ in ks: done(get())"
+    else:
+        setup = "q = DelayingQueue(); add_after = q.add_after; get = q.get; done = q.done"
+        stmt = "for k in ks: add_after(k, 0.001)\nfor _ in ks: done(get())"
+
+    def run(ctx: Context) -> Measurement:
+        return time_batch(ctx, stmt, setup, {"DelayingQueue": DelayingQueue, "FakeClock": FakeClock, "ks": keys(n)},
+                          ops=n)
+    return run
+
+
+def _rate_limited(n: int) -> Callable[[Context], Measurement]:
+    setup = ("q = RateLimitingQueue(Limiter(0.001, 1000.0)); arl = q.add_rate_limited; get = q.get; done = q.done; "
+             "forget = q.forget")
+    stmt = "for k in ks: arl(k)\nfor _ in ks:\n    k = get(); forget(k); done(k)"
+
+    def run(ctx: Context) -> Measurement:
+        g = {"RateLimitingQueue": RateLimitingQueue, "Limiter": ItemExponentialFailureRateLimiter, "ks": keys(n)}
+        return time_batch(ctx, stmt, setup, g, ops=n)
+    return run
+
+
+# -- optional modules ------------------------------------------------------------------------------------------------
+
+
+def _prometheus_provider() -> Any:
+    """A fresh ``PrometheusMetricsProvider`` on a private registry, or a :class:`Skip` saying why not."""
+    mod = importlib.import_module("keyqueue.metrics")
+    cls = getattr(mod, "PrometheusMetricsProvider", None)
+    if cls is None:
+        return Skip("keyqueue.metrics.PrometheusMetricsProvider does not exist yet (metrics issue in progress)")
+    try:
+        from prometheus_client import CollectorRegistry
+    except ImportError as e:
+        return Skip(f"prometheus_client not installed ({e})")
+    return cls(registry=CollectorRegistry())
+
+
+def _metrics_row(stmt: str, setup: str) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        provider = _prometheus_provider()
+        if isinstance(provider, Skip):
+            return provider
+        q: Queue[str] = Queue(name="keyqueue_bench", metrics_provider=provider)
+        return time_inline(ctx, stmt, setup, {"q": q, "k": KEY})
+    return run
+
+
+def _named_no_provider(ctx: Context) -> Measurement:
+    return time_inline(ctx, _CYCLE, _CYCLE_SETUP, {"q": Queue(name="keyqueue_bench_noop"), "k": KEY})
+
+
+def _async_loop_row(
+    ctx: Context, make: Callable[[], Awaitable[Any]], body: Callable[[Any, str, int], Awaitable[None]]
+) -> Measurement:
+    """ns per iteration of ``body(q, key, n)`` (a coroutine looping ``n`` times) on a private event loop."""
+    n = ctx.size(100_000, 2_000)
+    loop = asyncio.new_event_loop()
+    try:
+        q = loop.run_until_complete(make())
+        m = time_batch(ctx, "run(body(q, k, n))", "pass",
+                       {"run": loop.run_until_complete, "body": body, "q": q, "k": KEY, "n": n}, ops=n, unit="ns/op",
+                       repeats=ctx.repeats)
+        m.loops = n
+        return m
+    finally:
+        loop.close()
+
+
+async def _aio_cycle_sync_add(q: Any, k: str, n: int) -> None:
+    add, get, done = q.add, q.get, q.done
+    for _ in range(n):
+        add(k)
+        await get()
+        done(k)
+
+
+async def _aio_cycle_async_add(q: Any, k: str, n: int) -> None:
+    add, get, done = q.add, q.get, q.done
+    for _ in range(n):
+        await add(k)
+        await get()
+        await done(k)
+
+
+def _import_aio() -> Any:
+    try:
+        return importlib.import_module("keyqueue.aio")
+    except ImportError as e:
+        return Skip(f"keyqueue.aio is not importable yet (asyncio shell issue in progress): {e}")
+
+
+def _aio_cycle(ctx: Context) -> Measurement | Skip:
+    aio = _import_aio()
+    if isinstance(aio, Skip):
+        return aio
+
+    async def make() -> Any:
+        return aio.Queue()
+
+    probe = aio.Queue
+    body = _aio_cycle_async_add if inspect.iscoroutinefunction(probe.add) else _aio_cycle_sync_add
+    return _async_loop_row(ctx, make, body)
+
+
+def _aio_dedup(ctx: Context) -> Measurement | Skip:
+    aio = _import_aio()
+    if isinstance(aio, Skip):
+        return aio
+    if inspect.iscoroutinefunction(aio.Queue.add):
+        return Skip("keyqueue.aio.Queue.add is a coroutine; this row times the plain-method add")
+    loop = asyncio.new_event_loop()
+    try:
+        async def make() -> Any:
+            return aio.Queue()
+        q = loop.run_until_complete(make())
+        return time_inline(ctx, "add(k)", "add = q.add; add(k)", {"q": q, "k": KEY})
+    finally:
+        loop.close()
+
+
+def _priority_cls() -> Any:
+    cls = getattr(keyqueue, "PriorityQueue", None)
+    if cls is None:
+        try:
+            cls = importlib.import_module("keyqueue.priority").PriorityQueue
+        except (ImportError, AttributeError) as e:
+            return Skip(f"keyqueue.PriorityQueue does not exist yet (priority-queue issue in progress): {e}")
+    return cls
+
+
+def _prio_cycle(priority: int | None) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        cls = _priority_cls()
+        if isinstance(cls, Skip):
+            return cls
+        stmt = _CYCLE if priority is None else f"add(k, priority={priority}); get(); done(k)"
+        return time_inline(ctx, stmt, _CYCLE_SETUP, {"q": cls(), "k": KEY})
+    return run
+
+
+def _prio_bulk(n: int) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        cls = _priority_cls()
+        if isinstance(cls, Skip):
+            return cls
+        kp = [(k, i % 5) for i, k in enumerate(keys(n))]
+        return time_batch(ctx, "for k, p in kp: add(k, priority=p)\nfor _ in kp: done(get())",
+                          "q = PQ(); " + _CYCLE_SETUP, {"PQ": cls, "kp": kp}, ops=n)
+    return run
+
+
+# -- baselines -------------------------------------------------------------------------------------------------------
+
+
+def _loop_overhead(ctx: Context) -> Measurement:
+    return time_inline(ctx, "pass")
+
+
+def _set_in(ctx: Context) -> Measurement:
+    return time_inline(ctx, "k in s", "s = {k}", {"k": KEY})
+
+
+def _lock_pair(ctx: Context) -> Measurement:
+    return time_inline(ctx, "acquire(); release()", "lock = Lock(); acquire = lock.acquire; release = lock.release",
+                       {"Lock": threading.Lock})
+
+
+def _stdlib_put_get(cls: Callable[[], Any]) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        return time_inline(ctx, "put(k); get()", "q = cls(); put = q.put; get = q.get", {"cls": cls, "k": KEY})
+    return run
+
+
+def _deque_lock(ctx: Context) -> Measurement:
+    setup = ("d = deque(); lock = Lock(); acquire = lock.acquire; release = lock.release; "
+             "append = d.append; popleft = d.popleft")
+    return time_inline(ctx, "acquire(); append(k); release(); acquire(); popleft(); release()", setup,
+                       {"deque": deque, "Lock": threading.Lock, "k": KEY})
+
+
+async def _asyncio_queue_body(q: Any, k: str, n: int) -> None:
+    put, get = q.put, q.get
+    for _ in range(n):
+        await put(k)
+        await get()
+
+
+def _asyncio_queue(ctx: Context) -> Measurement:
+    async def make() -> Any:
+        return asyncio.Queue()
+    return _async_loop_row(ctx, make, _asyncio_queue_body)
+
+
+def _aiok8s(ctx: Context) -> Measurement | Skip:
+    try:
+        from aiok8s.workqueue import queue as aiok8s_queue  # type: ignore[import-untyped]
+    except Exception as e:  # it is an old package: any import-time failure is a reason to skip, recorded
+        return Skip(f"aiok8s 0.0.2 does not import here: {type(e).__name__}: {e} "
+                    "(install it with: .venv/bin/pip install aiok8s==0.0.2)")
+
+    async def make() -> Any:
+        return aiok8s_queue.new()
+    return _async_loop_row(ctx, make, _aio_cycle_async_add)
+
+
+# -- scaling ---------------------------------------------------------------------------------------------------------
+
+
+_SCALE_QUEUES: dict[int, Queue[str]] = {}
+
+
+def _scale(n: int) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        # Steady state: n keys queued; each cycle takes the head, finishes it and adds it back at the tail. The
+        # queue is built once per process and reused by later rounds (the cycle keeps it at n keys).
+        q = _SCALE_QUEUES.get(n)
+        if q is None:
+            q = _SCALE_QUEUES[n] = Queue()
+            for k in keys(n):
+                q.add(k)
+        m = time_inline(ctx, "k = get(); done(k); add(k)", _CYCLE_SETUP, {"q": q})
+        m.extra["keys_queued"] = n
+        if len(q) != n:
+            raise AssertionError(f"scaling row lost its steady state: {len(q)} keys queued, expected {n}")
+        return m
+    return run
+
+
+def _flatness(ids: list[str]) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        rows = [ctx.results[i] for i in ids if i in ctx.results]
+        if len(rows) < 2:
+            return Skip("needs at least two scaling rows")
+        meds = [r.median for r in rows]
+        return Measurement(
+            "x", [max(meds) / min(meds)],
+            note="largest / smallest median over " + ", ".join(f"{r.m.extra['keys_queued']:,}" for r in rows),
+            extra={"sizes": [r.m.extra["keys_queued"] for r in rows], "medians_ns": meds},
+        )
+    return run
+
+
+# -- throughput ------------------------------------------------------------------------------------------------------
+
+
+def _firehose(duration_s: float) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        runs = [firehose(duration_s) for _ in range(ctx.size(3, 2))]
+        return Measurement(
+            "adds/s", [r["adds_per_s"] for r in runs], ops=sum(r["adds"] for r in runs), higher_is_better=True,
+            note=f"{duration_s:g} s per run; keys processed per run: {', '.join(str(r['processed']) for r in runs)}",
+            extra={"runs": runs, "duration_s": duration_s, "keys": 20, "workers": 5, "work_s": 0.005},
+        )
+    return run
+
+
+def _race(control: bool, size: dict[str, Any]) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        outcome = race_via_lab(control=control, **size)
+        note = f"harness: {outcome.harness}" if outcome is not None else ""
+        if outcome is None:
+            outcome = race(control=control, **size)
+            note = "keyqueue.lab.race.run_race not available: benchmarks.threads.race"
+        d = outcome.as_dict()
+        text = (f"{d['workers']} workers, {d['keys']} keys, {d['producers']} producers, {d['adds']:,} adds, "
+                f"{d['hold_s'] * 1e6:g} µs sleep hold: reconciles={d['reconciles']:,} violations={d['violations']:,} "
+                f"collapse={d['collapse']:.1f}x max-in-flight={d['max_in_flight']}")
+        return Measurement("s", [outcome.elapsed_s], ops=outcome.adds, note=(text + ("; " + note if note else "")),
+                           extra=d)
+    return run
+
+
+# -- the table -------------------------------------------------------------------------------------------------------
+
+G_CORE = "keyqueue, threading shell"
+G_OPT = "keyqueue, optional modules"
+G_BASE = "baselines (same run)"
+G_SCALE = "scaling: add+get+done with N keys queued"
+G_THRU = "throughput (threads)"
+
+
+def build_cases(smoke: bool) -> list[Case]:
+    """All rows, in table order, sized for ``smoke`` or a full run."""
+    def size(full: int, small: int) -> int:
+        return small if smoke else full
+
+    n_new = size(100_000, 2_000)
+    n_bulk = size(1_000_000, 10_000)
+    n_delay = size(100_000, 2_000)
+    scale_sizes = [10**3, 10**4, 10**5] if smoke else [10**3, 10**4, 10**5, 10**6]
+    scale_ids = [f"scale.1e{len(str(n)) - 1}" for n in scale_sizes]
+    race_size: dict[str, Any] = (
+        {"workers": 4, "keys": 8, "producers": 2, "adds": 4_000, "hold_s": 20e-6}
+        if smoke else {"workers": 16, "keys": 64, "producers": 8, "adds": 320_000, "hold_s": 20e-6}
+    )
+
+    cycle_targets = (Check("≤ 600 ns", "le", 600.0), Check("≤ 1/1.5 of queue.Queue", "le", 1 / 1.5, ref="base.queue"))
+    cases = [
+        Case("add.new", f"add, new key → QUEUED ({n_new:,} keys)", G_CORE, _add_new(n_new)),
+        Case("add.dedup", "add, key waiting → DEDUP no-op", G_CORE, _add_dedup, baseline="base.set_in",
+             checks=(Check("≤ 100 ns", "le", 100.0),), reference="18 ns"),
+        Case("add.processing", f"add, key being processed → MARKED ({n_new:,} keys)", G_CORE,
+             _add_processing_mark(n_new)),
+        Case("add.processing_dedup", "add, key processing + already marked → DEDUP", G_CORE, _add_processing_dedup,
+             baseline="base.set_in", reference="22 ns"),
+        Case("cycle", "add+get+done, one key", G_CORE, _cycle_of(Queue), baseline="base.queue",
+             checks=cycle_targets, reference="108–115 ns"),
+        Case("cycle.newkey", f"add+get+done, a new key each cycle ({n_new:,})", G_CORE, _cycle_new_key(n_new),
+             baseline="cycle", reference="104 ns"),
+        Case("bulk", f"{n_bulk:,} keys: add all, then get+done all", G_CORE, _bulk(n_bulk),
+             checks=(Check("≤ 1,200 ns/key", "le", 1200.0),), reference="744–775 ns/key"),
+        Case("bulk.mem", f"{n_bulk:,} keys: peak queue memory (tracemalloc)", G_CORE, _bulk_memory(n_bulk),
+             checks=(Check("≤ 200 B/key", "le", 200.0),)),
+        Case("delay.real", f"add_after(1 ms) ×{n_delay:,}, then drain (real clock)", G_CORE,
+             _add_after(n_delay, fake=False), reference="1,056 ns/key"),
+        Case("delay.fake", f"add_after(1 ms) ×{n_delay:,}, FakeClock.step, drain", G_CORE,
+             _add_after(n_delay, fake=True)),
+        Case("ratelimited", f"add_rate_limited ×{n_delay:,} (per-key 1 ms), then drain", G_CORE,
+             _rate_limited(n_delay), reference="1,354–1,405 ns/key"),
+        # optional modules
+        Case("metrics.cycle", "add+get+done, PrometheusMetricsProvider", G_OPT, _metrics_row(_CYCLE, _CYCLE_SETUP),
+             baseline="cycle", checks=(Check("≤ 2x without metrics", "le", 2.0, ref="cycle"),), needs=("cycle",)),
+        Case("metrics.dedup", "add dedup, PrometheusMetricsProvider", G_OPT,
+             _metrics_row("add(k)", "add = q.add; add(k)"), baseline="add.dedup",
+             checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
+        Case("metrics.noop", "add+get+done, named queue, default provider", G_OPT, _named_no_provider,
+             baseline="cycle", needs=("cycle",)),
+        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_cycle, baseline="cycle",
+             checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),
+                     Check("< asyncio.Queue", "lt", 1.0, ref="base.asyncio")),
+             needs=("cycle", "base.asyncio")),
+        Case("aio.dedup", "asyncio shell: add, key waiting → DEDUP", G_OPT, _aio_dedup, baseline="add.dedup",
+             needs=("add.dedup",)),
+        Case("prio.cycle", "PriorityQueue add+get+done, one key", G_OPT, _prio_cycle(None), baseline="cycle",
+             needs=("cycle",)),
+        Case("prio.cycle_priority", "PriorityQueue add(priority=5)+get+done", G_OPT, _prio_cycle(5),
+             baseline="cycle", needs=("cycle",)),
+        Case("prio.bulk", f"PriorityQueue {n_delay:,} keys × 5 priorities: add, drain", G_OPT, _prio_bulk(n_delay)),
+        # baselines
+        Case("base.loop", "timeit loop overhead (included in every row)", G_BASE, _loop_overhead),
+        Case("base.set_in", "`k in set` (hit)", G_BASE, _set_in, reference="11.5 ns (CPython)"),
+        Case("base.lock", "lock.acquire() + release()", G_BASE, _lock_pair, reference="60–62 ns (CPython)"),
+        Case("base.queue", "queue.Queue put+get", G_BASE, _stdlib_put_get(queue.Queue),
+             reference="1,040–1,120 ns (CPython)"),
+        Case("base.simplequeue", "queue.SimpleQueue put+get", G_BASE, _stdlib_put_get(queue.SimpleQueue),
+             reference="38–40 ns (CPython)"),
+        Case("base.deque_lock", "deque + Lock put+get (locked lower bound)", G_BASE, _deque_lock),
+        Case("base.naive", "naive locked workqueue add+get+done", G_BASE, _cycle_of(NaiveWorkQueue),
+             reference="790–1,100 ns (CPython)"),
+        Case("base.asyncio", "asyncio.Queue await put + await get", G_BASE, _asyncio_queue),
+        Case("base.aiok8s", "aiok8s 0.0.2 await add+get+done", G_BASE, _aiok8s),
+    ]
+    for n, cid in zip(scale_sizes, scale_ids, strict=True):
+        cases.append(Case(cid, f"{n:,} keys queued", G_SCALE, _scale(n), baseline=scale_ids[0],
+                          reference="172 ns (10k)" if n == 10**4 else ""))
+    interleaved = {
+        "add.dedup", "add.processing_dedup", "cycle", "metrics.cycle", "metrics.dedup", "metrics.noop", "aio.cycle",
+        "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
+        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,
+    }
+    cases.append(Case("scale.flatness", "flatness: largest / smallest", G_SCALE, _flatness(scale_ids),
+                      needs=tuple(scale_ids)))
+    fh = 0.2 if smoke else 1.0
+    cases += [
+        Case("firehose", "firehose: 1 producer, 20 keys, 5 workers × 5 ms", G_THRU, _firehose(fh),
+             checks=(Check("≥ 1,000,000 adds/s", "ge", 1e6),)),
+        Case("race", "race harness, keyqueue.Queue", G_THRU, _race(False, race_size),
+             checks=(Check("0 violations", "eq", 0, field="violations"), Check("collapse > 1x", "gt", 1.0,
+                                                                              field="collapse"))),
+        Case("race.control", "race harness, control: plain queue.Queue", G_THRU, _race(True, race_size),
+             checks=(Check("violations > 0 (detector works)", "gt", 0, field="violations"),)),
+    ]
+    return [dataclasses.replace(c, interleave=True) if c.id in interleaved else c for c in cases]

@@ -1,0 +1,239 @@
+"""The controller loop for asyncio: :class:`keyqueue.aio.Controller` (import it from there).
+
+The outcome table, metrics and logging are those of :class:`keyqueue.Controller` (see :mod:`keyqueue.controller`);
+here the workers are tasks of one event loop and ``reconcile`` is usually a coroutine function. Kept out of
+:mod:`keyqueue.controller` so that ``import keyqueue`` does not import :mod:`asyncio`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from keyqueue._aio_priority import PriorityQueue
+from keyqueue._core import check_timeout
+from keyqueue.aio import RateLimitingQueue
+from keyqueue.clock import Clock
+from keyqueue.controller import ControllerBase, Result
+from keyqueue.errors import ShutDown
+from keyqueue.ratelimit import default_controller_rate_limiter
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = ["Controller"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class Controller(ControllerBase[T]):
+    """``workers`` asyncio tasks reconciling keys from a :class:`keyqueue.aio.RateLimitingQueue` or
+    :class:`keyqueue.aio.PriorityQueue` (default: a priority queue named ``name``).
+
+    ``reconcile(key)`` is a coroutine function (a plain function returning ``None``/``Result`` also works, but
+    it runs on the event loop). Arguments, outcomes and metrics as :class:`keyqueue.Controller`. An ``Exception``
+    from reconcile never ends a worker task; ``KeyboardInterrupt``/``SystemExit`` propagate as asyncio intends.
+
+    :meth:`start` must be called in a running event loop; :meth:`stop`, :meth:`run` and ``async with`` are
+    coroutines of that loop. Adding keys to :attr:`queue` works from any thread.
+    """
+
+    def __init__(
+        self,
+        reconcile: Callable[[T], Awaitable[Result | None] | Result | None],
+        queue: RateLimitingQueue[T] | None = None,
+        *,
+        name: str | None = None,
+        workers: int = 1,
+        drain: bool = False,
+        stop_timeout: float | None = 30.0,
+        use_priority_queue: bool = True,
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        registry: Any = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not callable(reconcile):
+            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
+        if name is None:
+            name = getattr(reconcile, "__name__", "") or "controller"
+        if queue is None:
+            if use_priority_queue:
+                queue = PriorityQueue(name=name, clock=clock, metrics_provider=metrics_provider)
+            else:
+                queue = RateLimitingQueue(
+                    default_controller_rate_limiter(clock=clock),
+                    name=name, clock=clock, metrics_provider=metrics_provider,
+                )
+        elif not isinstance(queue, RateLimitingQueue):
+            raise TypeError(
+                "queue must be a keyqueue.aio.RateLimitingQueue or keyqueue.aio.PriorityQueue, got "
+                f"{type(queue).__name__}: {queue!r:.80}"
+            )
+        self._queue = queue
+        super().__init__(
+            name=name, workers=workers, drain=drain, stop_timeout=stop_timeout, registry=registry, logger=logger
+        )
+        self._reconcile = reconcile
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._stop_requested = False
+        self._dropping = False
+        self._alive = 0
+        self._wake: asyncio.Event | None = None
+
+    @property
+    def queue(self) -> RateLimitingQueue[T]:
+        """The queue the workers take keys from (add keys to it, from any thread)."""
+        return self._queue  # type: ignore[no-any-return]
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stop_requested
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker tasks in the running event loop and return. Raises ``RuntimeError`` if started before
+        or if no event loop is running."""
+        loop = asyncio.get_running_loop()
+        if self._started:
+            raise RuntimeError(f"controller {self.name!r} was already started")
+        self._started = True
+        self._wake = asyncio.Event()
+        if self._stop_requested:
+            self._wake.set()
+        if self.metrics is not None:
+            self.metrics.started(self.workers)
+        self._alive = self.workers
+        self._tasks = [loop.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+
+    async def stop(self, timeout: float | None = 30.0) -> bool:
+        """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
+        seconds; ``None``: forever); with ``drain=True`` the keys still queued are reconciled first, within the
+        same timeout. When the timeout passes, the worker tasks still running are **cancelled** (their
+        ``done(key)`` still runs) and ``False`` is returned; otherwise ``True``. Idempotent. Requeues made while
+        stopping are dropped (the queue is shut down)."""
+        t = check_timeout(timeout)
+        self._request_stop()
+        self._queue.shut_down()
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current and not task.done()]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=t)
+        if not pending:
+            return True
+        self._dropping = True
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return False
+
+    async def run(self, *, handle_signals: bool = True) -> bool:
+        """Start (unless started), wait until :meth:`stop` is requested, the queue is shut down and empty, or —
+        with ``handle_signals`` in the main thread — SIGINT/SIGTERM arrives (``loop.add_signal_handler``); then
+        stop (waiting at most ``stop_timeout``) and return what :meth:`stop` returned. For
+        ``asyncio.run(controller.run())``."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                except (NotImplementedError, RuntimeError):  # no signal support in this loop
+                    continue
+                installed.append(sig)
+        try:
+            if not self._started:
+                self.start()
+            assert self._wake is not None
+            await self._wake.wait()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return await self.stop(self.stop_timeout)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self.log.info("controller %s: %s received, stopping", self.name, sig.name)
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        self._stop_requested = True
+        if not self.drain:
+            self._dropping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def __aenter__(self) -> Controller[T]:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop(self.stop_timeout)
+
+    # -- workers ------------------------------------------------------------------------------------------------
+
+    async def _get(self, timeout: float | None = None) -> tuple[T, int]:
+        q = self._queue
+        if self._priority:
+            return await q.get_with_priority(timeout)  # type: ignore[no-any-return]
+        return await q.get(timeout), 0
+
+    async def _worker(self) -> None:
+        try:
+            while not self._dropping:
+                try:
+                    key, priority = await self._get()
+                except ShutDown:
+                    return
+                if self._dropping:
+                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    return
+                await self._process(key, priority)
+        finally:
+            self._alive -= 1
+            if self._alive == 0 and self._wake is not None:
+                self._wake.set()
+
+    async def process_next(self, timeout: float | None = None) -> bool:
+        """Take one key and reconcile it in the calling task, exactly as a worker does. Returns ``False`` if the
+        queue is shut down and empty; raises ``TimeoutError`` if no key is ready within ``timeout`` seconds."""
+        try:
+            key, priority = await self._get(timeout)
+        except ShutDown:
+            return False
+        await self._process(key, priority)
+        return True
+
+    async def _process(self, key: T, priority: int) -> None:
+        m = self.metrics
+        if m is not None:
+            m.worker_active(1)
+        t0 = time.perf_counter_ns()
+        try:
+            result: object = None
+            error: BaseException | None = None
+            try:
+                result = self._reconcile(key)
+                if inspect.isawaitable(result):
+                    result = await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = exc
+            self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
+            del error
+        finally:
+            self._queue.done(key)
+            if m is not None:
+                m.worker_active(-1)

@@ -1,0 +1,59 @@
+"""controller-runtime's priority queue for asyncio: :class:`keyqueue.aio.PriorityQueue` (import it from there).
+
+Kept out of :mod:`keyqueue.priority` so that ``import keyqueue`` does not import :mod:`asyncio`. The rules are
+those of :class:`keyqueue.PriorityQueue` (see :mod:`keyqueue.priority`); waiting, waking, cancellation and the
+any-thread guarantees are those of :class:`keyqueue.aio.RateLimitingQueue`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, TypeVar
+
+from keyqueue.aio import RateLimitingQueue
+from keyqueue.clock import Clock
+from keyqueue.priority import PriorityAdds, default_priority_rate_limiter
+from keyqueue.ratelimit import RateLimiter
+
+__all__ = ["PriorityQueue"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
+    """controller-runtime's priority queue for asyncio tasks.
+
+    Everything :class:`keyqueue.aio.RateLimitingQueue` has (``await get()``, ``done``, ``async with lease()``,
+    ``async for``, ``shut_down``, ``await shut_down_with_drain()``, ``forget``, ``num_requeues``), with the ordering
+    and merging rules of :class:`keyqueue.PriorityQueue`, plus ``add(item, *, priority=0, after=0.0,
+    rate_limited=False)`` (a plain method, callable from any thread) and ``await get_with_priority()``.
+    ``rate_limiter`` defaults to controller-runtime's (per-key exponential 5 ms .. 1000 s, no token bucket).
+    """
+
+    def __init__(
+        self,
+        rate_limiter: RateLimiter[T] | None = None,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        super().__init__(
+            rate_limiter if rate_limiter is not None else default_priority_rate_limiter(),
+            name=name,
+            clock=clock,
+            metrics_provider=metrics_provider,
+            stats=stats,
+        )
+
+    def _wake_getter(self) -> None:
+        if self._getters:
+            self._wake_one()
+
+    async def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
+        """Like :meth:`get`: take the next key (waiting while none is ready), returning ``(key, priority)`` — the
+        priority it was handed out at. Raises what :meth:`get` raises (``ShutDown``, ``TimeoutError``). Nothing
+        awaits between taking the key and returning it, so a cancellation cannot lose a key taken here."""
+        item = await self.get(timeout)
+        return item, self._handed_out_priority(item)

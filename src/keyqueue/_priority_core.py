@@ -1,0 +1,486 @@
+"""The priority queue's state machine (controller-runtime's ``priorityqueue``): pure data, no locks, no sleeping.
+
+:class:`PriorityCore` offers the interface the shells use from :class:`~keyqueue._core.QueueCore` (``add``,
+``add_after``, ``pop``, ``done``, ``ready_len``, ``has_ready``, ``next_ready_ns``, ``promote_due``, ``shut_down``,
+``idle``, ``stats`` and the attributes ``shutting_down``, ``draining``, ``fast_dirty``, ``metrics``, ``clock``,
+``processing``), so the threading and asyncio shells drive it unchanged; the priority queue classes add
+priority-aware adds and :meth:`PriorityCore.pop_with_priority` on top.
+
+Model. ``_items`` maps every *queued* key to its one live entry, which is a tuple that also sits in one of two heaps:
+
+* ready:    ``(-priority, counter, key)`` in ``_ready`` — served highest priority first, FIFO (counter) within one;
+* waiting:  ``(ready_ns, -priority, counter, key)`` in ``_waiting`` — a delayed key, not yet due.
+
+``counter`` is one global, strictly increasing sequence, so it also breaks every tie (keys are never compared).
+Replacing a key's entry leaves the old tuple in its heap; a heap entry is live only if ``_items[key] is entry``
+(lazy invalidation, rebuilt when more than half of a heap is stale).
+
+A key being processed (handed out, no ``done`` yet) is in ``processing`` (key → the priority it was handed out
+with) and **not** in ``_items``. Re-adding it creates a new entry: a ready one counts in ``len`` (as in
+controller-runtime) but is not pushed onto the ready heap until ``done`` — so the heap never holds a live entry of
+a key being processed, a key is never handed out twice at once, and ``done`` puts it back at its FIFO position.
+
+Merging an add into a queued key (controller-runtime's rules):
+
+* priority: the highest wins; a strictly higher priority gives the key a fresh counter (the back of its new
+  priority's line); an equal or lower one changes nothing (the key keeps its place);
+* readiness: a ready key stays ready (a delayed add never delays it); a waiting key takes the earlier ready time;
+  an immediate add makes it ready at once.
+* a key that becomes ready (new, promoted when due, or made ready by an immediate add) gets a fresh counter: it
+  joins its priority's FIFO at that moment. Every add, hand-out and ``ready_len`` first promotes the keys that have
+  fallen due (in ready-time order), so a delayed key is always ahead of the keys added after its ready time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+from typing import Final, Generic, Protocol, TypeVar
+
+from keyqueue._core import (
+    _MAX_DELAY_NS,
+    _MAX_DELAY_S,
+    DEDUP,
+    DELAY_KEPT,
+    DELAYED,
+    DROPPED,
+    EMPTY,
+    MARKED,
+    QUEUED,
+    AddResult,
+    QueueStats,
+    _Empty,
+    check_delay,
+    check_hashable,
+)
+from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.ratelimit import RateLimiter
+
+__all__ = ["CountingPriorityCore", "PriorityCore", "PriorityMetricsRecorder", "check_priority", "effective_delay"]
+
+T = TypeVar("T", bound=Hashable)
+
+_COMPACT_MIN: Final = 64  # heaps smaller than this are never rebuilt
+
+
+def check_priority(priority: object) -> int:
+    """Validate a priority: an ``int`` (not a ``bool``), any sign. Higher is served first; the default is 0."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}: {priority!r:.80}")
+    return priority
+
+
+def effective_delay(item: T, after: float, rate_limiter: RateLimiter[T] | None) -> float:
+    """controller-runtime's delay for ``AddOpts{After: after, RateLimited: rate_limiter is not None}``.
+
+    With a limiter, ``r = rate_limiter.when(item)`` is always called (so the failure count grows) and the delay is
+    ``r`` when ``after == 0`` (unset) or ``r < after``; otherwise ``after``. In effect the smaller of the two, with
+    0 meaning "unset" (a negative ``after`` stays: the key is ready now).
+    """
+    if rate_limiter is None:
+        return after
+    r = rate_limiter.when(item)
+    return r if after == 0 or r < after else after
+
+
+class PriorityMetricsRecorder(Protocol):
+    """Hooks :class:`PriorityCore` calls, with the shell's lock held, when metrics are enabled.
+
+    Timestamps are the queue clock's integer nanoseconds. ``add`` is called when a key becomes *ready* (a merely
+    waiting key is not in depth), with the priority it is ready at; ``get`` when it is handed out, with that
+    priority; ``reprioritize`` when a ready key's priority is raised (depth moves from one label to the other);
+    ``retry`` for every accepted add whose effective delay is > 0.
+    """
+
+    def add(self, item: Hashable, t_ns: int, priority: int) -> None: ...
+
+    def get(self, item: Hashable, t_ns: int, priority: int) -> None: ...
+
+    def done(self, item: Hashable, t_ns: int) -> None: ...
+
+    def reprioritize(self, item: Hashable, old_priority: int, new_priority: int) -> None: ...
+
+    def retry(self) -> None: ...
+
+
+class PriorityCore(Generic[T]):
+    """The priority-queue state machine (see the module docstring). Not thread-safe: callers hold a lock.
+
+    ``clock`` is read only when something needs the time (delayed keys, metrics). ``fast_dirty`` is always an
+    empty set: a re-add of a queued key can raise its priority, so the shells' lock-free dedup probe must not
+    short-circuit any add.
+    """
+
+    __slots__ = (
+        "_counter",
+        "_items",
+        "_ready",
+        "_ready_n",
+        "_waiting",
+        "_waiting_n",
+        "clock",
+        "draining",
+        "fast_dirty",
+        "metrics",
+        "processing",
+        "shutting_down",
+    )
+
+    def __init__(self, clock: Clock, metrics: PriorityMetricsRecorder | None = None) -> None:
+        self.clock = clock
+        self.metrics = metrics
+        # Every queued key → its live entry: (-prio, counter, key) if ready, (ready_ns, -prio, counter, key) if
+        # waiting. Keys being processed are not here unless re-added meanwhile.
+        self._items: dict[T, tuple[int, int, T] | tuple[int, int, int, T]] = {}
+        self._ready: list[tuple[int, int, T]] = []  # heap; never holds a live entry of a key being processed
+        self._waiting: list[tuple[int, int, int, T]] = []  # heap
+        self._ready_n = 0  # live ready entries, including those of keys being processed (what len reports)
+        self._waiting_n = 0  # live waiting entries
+        self._counter = 0
+        # Keys handed out and not yet done → the priority they were handed out with.
+        self.processing: dict[T, int] = {}
+        self.shutting_down = False
+        self.draining = False
+        self.fast_dirty: frozenset[T] = frozenset()
+
+    # -- adds ---------------------------------------------------------------------------------------------
+
+    def add(self, item: T, at_ns: int | None = None, *, priority: int = 0) -> AddResult:
+        """Add ``item`` now at ``priority``. Returns what happened:
+
+        * ``QUEUED`` — the key joined the back of its priority's ready line (new key, a waiting key made ready,
+          or a ready key whose priority was raised);
+        * ``MARKED`` — the key is being processed; it is now ready (or its priority was raised) and ``done``
+          puts it back in line;
+        * ``DEDUP`` — already ready at this priority or higher: nothing changed; ``DROPPED`` — shut down.
+
+        ``at_ns`` is when it happened (for metrics; default now). Raises ``TypeError`` for an unhashable item or
+        a non-int priority, changing nothing.
+        """
+        check_hashable(item)
+        check_priority(priority)
+        if self.shutting_down:
+            return DROPPED
+        return self._add_ready(item, priority, at_ns)
+
+    def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
+        """Add ``item`` at ``priority`` once ``delay`` seconds have passed on the clock (``<= 0``: now, as
+        :meth:`add`; ``math.inf``: never, in practice).
+
+        A ready key stays ready (``DEDUP``, or ``QUEUED``/``MARKED`` if the priority was raised). A waiting key
+        keeps the earlier ready time and the higher priority: ``DELAYED`` if either changed, else ``DELAY_KEPT``.
+        A new key: ``DELAYED``. After ``DELAYED`` a shell whose getters sleep until :meth:`next_ready_ns` must
+        let one of them re-compute its timeout. Raises ``TypeError``/``ValueError`` for bad input, changing
+        nothing.
+        """
+        return self.add_with_opts(item, priority=priority, after=delay)
+
+    def add_with_opts(
+        self,
+        item: T,
+        *,
+        priority: int = 0,
+        after: float = 0.0,
+        rate_limiter: RateLimiter[T] | None = None,
+    ) -> AddResult:
+        """controller-runtime's ``AddWithOpts``: the one add every other add goes through.
+
+        With ``rate_limiter`` the delay is :func:`effective_delay` (the limiter records a failure); the limiter is
+        not consulted once the queue is shut down. An effective delay > 0 counts a retry in the metrics. Returns
+        what :meth:`add` or :meth:`add_after` return. Raises ``TypeError``/``ValueError`` for bad input before
+        anything (limiter included) changes.
+        """
+        check_hashable(item)
+        check_priority(priority)
+        delay = check_delay(after)
+        if self.shutting_down:
+            return DROPPED
+        if rate_limiter is not None:
+            delay = effective_delay(item, delay, rate_limiter)
+        if delay <= 0:
+            return self._add_ready(item, priority, None)
+        if self.metrics is not None:
+            self.metrics.retry()
+        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
+        now = self.clock.now_ns()
+        return self._add_waiting(item, priority, now, now + delay_ns)
+
+    def _add_ready(self, item: T, priority: int, at_ns: int | None) -> AddResult:
+        if self._waiting:
+            # Keys that fell due before this add became ready before it: they go ahead of it in the FIFO.
+            self.promote_due(self.clock.now_ns())
+        items = self._items
+        old = items.get(item)
+        if old is not None:
+            if len(old) == 3:  # already ready: only a strictly higher priority changes anything
+                old_priority = -old[0]
+                if priority <= old_priority:
+                    return DEDUP
+                return self._raise_ready(item, old_priority, priority)
+            # waiting: it becomes ready now, at the higher of the two priorities
+            self._waiting_n -= 1
+            priority = max(priority, -old[1])
+        self._counter += 1
+        entry = (-priority, self._counter, item)
+        items[item] = entry
+        self._ready_n += 1
+        if self.metrics is not None:
+            self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns, priority)
+        if item in self.processing:
+            return MARKED
+        self._push_ready(entry)
+        return QUEUED
+
+    def _raise_ready(self, item: T, old_priority: int, priority: int) -> AddResult:
+        # A ready key gets a higher priority and a fresh counter: the back of its new priority's line.
+        self._counter += 1
+        entry = (-priority, self._counter, item)
+        self._items[item] = entry
+        if self.metrics is not None:
+            self.metrics.reprioritize(item, old_priority, priority)
+        if item in self.processing:
+            return MARKED
+        self._push_ready(entry)
+        return QUEUED
+
+    def _add_waiting(self, item: T, priority: int, now_ns: int, ready_ns: int) -> AddResult:
+        self.promote_due(now_ns)
+        items = self._items
+        old = items.get(item)
+        if old is None:
+            self._counter += 1
+            self._waiting_n += 1
+            self._push_waiting((ready_ns, -priority, self._counter, item))
+            return DELAYED
+        if len(old) == 3:  # a ready key stays ready; the priority may still rise
+            old_priority = -old[0]
+            if priority <= old_priority:
+                return DEDUP
+            return self._raise_ready(item, old_priority, priority)
+        old_ready, old_neg, old_counter = old[0], old[1], old[2]
+        raised = priority > -old_neg
+        if not raised and ready_ns >= old_ready:
+            return DELAY_KEPT
+        if raised:
+            self._counter += 1
+            old_neg, old_counter = -priority, self._counter
+        self._push_waiting((min(ready_ns, old_ready), old_neg, old_counter, item))
+        return DELAYED
+
+    def _push_ready(self, entry: tuple[int, int, T]) -> None:
+        heap = self._ready
+        heapq.heappush(heap, entry)
+        if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._ready_n:
+            items = self._items
+            self._ready = heap = [e for e in heap if items.get(e[2]) is e]
+            heapq.heapify(heap)
+
+    def _push_waiting(self, entry: tuple[int, int, int, T]) -> None:
+        self._items[entry[3]] = entry
+        heap = self._waiting
+        heapq.heappush(heap, entry)
+        if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._waiting_n:
+            items = self._items
+            self._waiting = heap = [e for e in heap if items.get(e[3]) is e]
+            heapq.heapify(heap)
+
+    def promote_due(self, now_ns: int) -> int:
+        """Make every waiting key whose time is <= ``now_ns`` ready, in (time, priority desc, counter) order;
+        each gets a fresh counter (it joins its priority's FIFO now). Returns how many became ready."""
+        heap = self._waiting
+        items = self._items
+        processing = self.processing
+        metrics = self.metrics
+        fired = 0
+        while heap and heap[0][0] <= now_ns:
+            entry = heapq.heappop(heap)
+            item = entry[3]
+            if items.get(item) is not entry:
+                continue  # superseded
+            self._counter += 1
+            ready = (entry[1], self._counter, item)
+            items[item] = ready
+            self._waiting_n -= 1
+            self._ready_n += 1
+            if metrics is not None:
+                metrics.add(item, entry[0], -entry[1])
+            if item in processing:
+                self._promoted(MARKED)
+            else:
+                self._push_ready(ready)
+                self._promoted(QUEUED)
+            fired += 1
+        return fired
+
+    def _promoted(self, outcome: AddResult) -> None:
+        """Called for each waiting key that became ready (``QUEUED``, or ``MARKED`` if it is being processed)."""
+
+    def next_ready_ns(self) -> int | None:
+        """The clock time of the earliest waiting key, or ``None`` if no key is waiting."""
+        heap = self._waiting
+        items = self._items
+        while heap and items.get(heap[0][3]) is not heap[0]:
+            heapq.heappop(heap)  # superseded entry at the head: drop it now
+        return heap[0][0] if heap else None
+
+    @property
+    def ready_count(self) -> int:
+        """Ready keys as of the last promotion (no clock read, no change): what :meth:`ready_len` returns
+        without first making due keys ready."""
+        return self._ready_n
+
+    @property
+    def delayed_count(self) -> int:
+        """How many keys are waiting for their ready time."""
+        return self._waiting_n
+
+    # -- hand-out and completion -----------------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        """True if a key can be handed out now (without firing due keys). Keys re-added while being processed
+        are ready (they count in :meth:`ready_len`) but cannot be handed out until their ``done``."""
+        heap = self._ready
+        items = self._items
+        while heap and items.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)
+        return bool(heap)
+
+    def pop_with_priority(self) -> tuple[T, int] | _Empty:
+        """Hand out the best ready key (first making due keys ready): highest priority, oldest within it.
+
+        The key moves to ``processing``; returns ``(key, priority)``, or :data:`~keyqueue._core.EMPTY` if no key
+        can be handed out.
+        """
+        if self._waiting:
+            self.promote_due(self.clock.now_ns())
+        heap = self._ready
+        items = self._items
+        while heap:
+            entry = heapq.heappop(heap)
+            item = entry[2]
+            if items.get(item) is entry:
+                del items[item]
+                self._ready_n -= 1
+                priority = -entry[0]
+                self.processing[item] = priority
+                if self.metrics is not None:
+                    self.metrics.get(item, self.clock.now_ns(), priority)
+                return item, priority
+        return EMPTY
+
+    def pop(self) -> T | _Empty:
+        """:meth:`pop_with_priority` without the priority."""
+        got = self.pop_with_priority()
+        return got if got is EMPTY else got[0]  # type: ignore[index]  # not EMPTY, so a tuple
+
+    def done(self, item: T) -> bool:
+        """Finish processing ``item``. Returns True if it was re-added meanwhile and can be handed out again now
+        (it takes its place by priority and FIFO position). A key re-added with a delay that is still waiting
+        returns False. ``done`` of a key that is not being processed changes nothing."""
+        try:
+            del self.processing[item]
+        except KeyError:
+            return False
+        if self.metrics is not None:
+            self.metrics.done(item, self.clock.now_ns())
+        entry = self._items.get(item)
+        if entry is not None and len(entry) == 3:
+            self._push_ready(entry)  # len() narrows the union to the ready 3-tuple
+            return True
+        return False
+
+    def ready_len(self) -> int:
+        """Ready keys (after making due keys ready), including keys re-added while being processed; keys still
+        waiting for their time are not counted (controller-runtime's ``Len``)."""
+        if self._waiting:
+            self.promote_due(self.clock.now_ns())
+        return self._ready_n
+
+    def priority_of(self, item: T) -> int | None:
+        """The priority a queued key (ready or waiting) currently has, or ``None`` if it is not queued."""
+        entry = self._items.get(item)
+        if entry is None:
+            return None
+        return -entry[0] if len(entry) == 3 else -entry[1]
+
+    # -- shutdown ------------------------------------------------------------------------------------------
+
+    def shut_down(self, drain: bool) -> None:
+        """Stop accepting adds; drop every waiting key. Ready keys stay and are still handed out (also those
+        re-added while being processed, after their ``done``). ``drain=False`` also cancels a drain in progress.
+        Idempotent."""
+        self.shutting_down = True
+        self.draining = drain
+        items = self._items
+        for entry in self._waiting:
+            if items.get(entry[3]) is entry:
+                del items[entry[3]]
+        self._waiting.clear()
+        self._waiting_n = 0
+
+    def idle(self) -> bool:
+        """No ready key and nothing being processed (what a drain waits for)."""
+        return self._ready_n == 0 and not self.processing
+
+    def stats(self) -> QueueStats | None:
+        """Decision counters, or ``None`` for a core that does not count."""
+        return None
+
+
+class CountingPriorityCore(PriorityCore[T]):
+    """A :class:`PriorityCore` that counts its decisions (:class:`~keyqueue.QueueStats`), for ``stats=True``.
+
+    ``adds`` counts every add whose outcome was immediate (``QUEUED``/``MARKED``/``DEDUP``/``DROPPED``) plus each
+    waiting key that became ready (also counted in ``fired``); ``delayed`` counts ``DELAYED`` and ``DELAY_KEPT``.
+    """
+
+    __slots__ = ("_counts",)
+
+    def __init__(self, clock: Clock, metrics: PriorityMetricsRecorder | None = None) -> None:
+        super().__init__(clock, metrics)
+        # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
+        self._counts = [0] * 10
+
+    def _count(self, outcome: AddResult) -> AddResult:
+        c = self._counts
+        if outcome >= DELAYED:
+            c[8] += 1
+        else:
+            c[0] += 1
+            c[(4, 2, 3, 1)[outcome]] += 1
+        return outcome
+
+    def add(self, item: T, at_ns: int | None = None, *, priority: int = 0) -> AddResult:
+        return self._count(super().add(item, at_ns, priority=priority))
+
+    def add_with_opts(
+        self,
+        item: T,
+        *,
+        priority: int = 0,
+        after: float = 0.0,
+        rate_limiter: RateLimiter[T] | None = None,
+    ) -> AddResult:
+        return self._count(super().add_with_opts(item, priority=priority, after=after, rate_limiter=rate_limiter))
+
+    def _promoted(self, outcome: AddResult) -> None:
+        self._counts[9] += 1
+        self._count(outcome)
+
+    def pop_with_priority(self) -> tuple[T, int] | _Empty:
+        got = super().pop_with_priority()
+        if got is not EMPTY:
+            self._counts[6] += 1
+        return got
+
+    def done(self, item: T) -> bool:
+        was_processing = item in self.processing
+        requeued = super().done(item)
+        if was_processing:
+            self._counts[7] += 1
+        if requeued:
+            self._counts[5] += 1
+        return requeued
+
+    def stats(self) -> QueueStats:
+        return QueueStats(*self._counts)

@@ -1,0 +1,523 @@
+"""The asyncio shell: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue` for asyncio workers.
+
+The same state machine as :mod:`keyqueue.threaded` (one :class:`~keyqueue._core.QueueCore`, so the same
+guarantees: one holder per key, dedup, one redelivery per burst of adds during processing, nothing lost), with
+asyncio waiting::
+
+    q = keyqueue.aio.RateLimitingQueue()
+    async def worker():
+        async for key in q:          # done(key) runs when the loop advances or is left, however it is left
+            await reconcile(key)
+
+**Which calls may come from which thread.** ``add``, ``add_after``, ``add_rate_limited``, ``done``, ``forget``,
+``num_requeues``, ``len()``, ``stats``, ``shutting_down`` and ``shut_down`` are plain methods that never block
+(beyond a short :class:`threading.Lock` held only for the core call) and may be called from **any thread**, with or
+without a running event loop: an informer or callback thread feeding async workers is the normal case. A waiting
+``get()`` is woken on its own event loop (directly when the caller runs in that loop, through
+:meth:`asyncio.AbstractEventLoop.call_soon_threadsafe` otherwise). The coroutines ``get()`` and
+``shut_down_with_drain()`` must be awaited in an event loop; coroutines of one queue may even wait in several
+loops at once (each waiter is woken in its own loop).
+
+No background task or thread is started. A ``get()`` that waits while a delayed key is pending sleeps until that
+key is due (a ``loop.call_later`` timer; on a :class:`~keyqueue.FakeClock`, until the clock is stepped, from any
+thread) and fires it itself.
+
+**Cancellation.** A ``get()`` cancelled while it waits takes nothing out of the queue; if it had already been
+chosen to take a key, the wake-up is passed on to another waiter, so no key sits in the queue while a getter
+sleeps. ``get()`` removes a key from the queue only after its last ``await``, with none between taking the key
+and returning it, so a cancellation can never land between the two: once ``get()`` has taken a key, the awaiting
+coroutine receives it. From then on the caller owns the key like any other: if its task is cancelled later, the
+key stays "processing" (its re-adds wait for it) until ``done(key)`` is called. ``async with q.lease()`` and
+``async for key in q`` call ``done`` on every exit, including cancellation. ``get(timeout=...)``,
+:func:`asyncio.timeout` and :func:`asyncio.wait_for` around ``get()`` are all safe for the same reason (a cancelled
+``get()`` cannot complete with a key). The one way to lose track of a key is to run ``get()`` in a task whose
+result is never read (e.g. a task cancelled after it finished, or abandoned by :func:`asyncio.wait`): that
+task's key stays "processing" until someone calls ``done`` on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from asyncio import AbstractEventLoop, Future
+from collections import deque
+from collections.abc import Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+from keyqueue._core import (
+    DEDUP,
+    DELAYED,
+    EMPTY,
+    QUEUED,
+    AddResult,
+    CountingCore,
+    QueueCore,
+    QueueStats,
+    RateLimitedAdds,
+    check_delay,
+    check_hashable,
+    check_timeout,
+)
+from keyqueue.clock import Clock, RealClock
+from keyqueue.errors import ShutDown
+from keyqueue.metrics import recorder_for
+from keyqueue.ratelimit import RateLimiter
+
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+
+T = TypeVar("T", bound=Hashable)
+
+_get_running_loop = asyncio._get_running_loop  # public in asyncio.__all__; returns None outside a loop
+
+# A waiter future's result says who woke it: _BY_QUEUE means "removed from the waiter deque by a waker" (it may
+# now find a key); _BY_TIMER means its own timer fired and it is still in the deque (it must remove itself).
+_BY_QUEUE: Final = True
+_BY_TIMER: Final = False
+
+
+def _resolve(fut: Future[bool], value: bool) -> None:
+    # Runs in the future's loop. The future may have been cancelled (its task was) or resolved by the other kind
+    # of wake-up meanwhile; the first one wins.
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _wake(fut: Future[bool], running: AbstractEventLoop | None) -> bool:
+    """Resolve a waiter with _BY_QUEUE in its own loop. False if that loop is closed (the waiter can never run).
+
+    ``running`` is the caller's running loop (or None); it is compared with the waiter's loop to decide between a
+    direct ``set_result`` (same loop, hence same thread) and ``call_soon_threadsafe`` (any other thread).
+    """
+    loop = fut.get_loop()
+    if loop is running:
+        if not fut.done():
+            fut.set_result(_BY_QUEUE)
+        return True
+    try:
+        loop.call_soon_threadsafe(_resolve, fut, _BY_QUEUE)
+    except RuntimeError:  # the loop is closed
+        return False
+    return True
+
+
+class Queue(Generic[T]):
+    """A work queue for asyncio tasks with client-go's guarantees (see the module docstring for threads).
+
+    * ``add(key)`` never blocks and may be called from any thread. A key already waiting is not added twice; a key
+      being processed is marked and handed out once more after its ``done``; after shutdown adds are dropped.
+    * ``await get()`` waits until a key is ready and hands keys out in FIFO order, each to one caller at a time.
+    * ``done(key)`` must follow every ``get()``; use :meth:`lease` or ``async for`` to make it automatic.
+
+    Keyword arguments as :class:`keyqueue.Queue`: ``name`` (metrics are emitted only for a named queue), ``clock``
+    (default :class:`~keyqueue.RealClock`), ``metrics_provider``, ``stats=True`` to count every decision (see
+    :meth:`stats`; it turns off the lock-free dedup path, so adds get slower). Constructing a queue needs no event
+    loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+        self.name = name
+        self.clock: Clock = clock if clock is not None else RealClock()
+        # Guards the core and the two waiter collections. Held only around core calls and bookkeeping, never
+        # across an await, so it is safe to take from any thread and from the loop.
+        self._lock = threading.Lock()
+        # Getters waiting for a key, oldest first. A waker removes a future from here and resolves it
+        # (_BY_QUEUE); a future resolved by its own timer (_BY_TIMER) or cancelled removes itself.
+        self._getters: deque[Future[bool]] = deque()
+        self._drainers: list[Future[bool]] = []  # shut_down_with_drain() callers waiting
+        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
+        self._fast_dirty = self._core.fast_dirty
+        self.clock.subscribe(self._on_clock_jump)
+
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
+        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
+        return (CountingCore if stats else QueueCore)(self.clock, recorder)
+
+    # -- waking (lock held) -------------------------------------------------------------------------------
+
+    def _wake_one(self) -> None:
+        """Wake the oldest live getter (lock held). Skips waiters already resolved, cancelled or in a dead loop."""
+        getters = self._getters
+        running = _get_running_loop()
+        while getters:
+            fut = getters.popleft()
+            if not fut.done() and _wake(fut, running):
+                return
+
+    def _wake_all(self, waiters: deque[Future[bool]] | list[Future[bool]]) -> None:
+        running = _get_running_loop()
+        for fut in waiters:
+            if not fut.done():
+                _wake(fut, running)
+        waiters.clear()
+
+    # -- adding ------------------------------------------------------------------------------------------
+
+    def add(self, item: T) -> AddResult:
+        """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
+
+        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
+        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
+        Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
+        """
+        # Lock-free dedup, exactly as in keyqueue.threaded.Queue.add (the same linearisation argument holds: the
+        # probe is one atomic read of a built-in set that is written only under self._lock; a dirty key makes
+        # the locked add a no-op at that instant, and its hand-out is already guaranteed).
+        try:
+            if item in self._fast_dirty:
+                return DEDUP
+        except TypeError:
+            check_hashable(item)
+            raise
+        lock = self._lock
+        lock.acquire()
+        try:
+            outcome = self._core.add(item)
+            if outcome is QUEUED and self._getters:  # `is`: enum members are singletons, and faster than ==
+                self._wake_one()
+            return outcome
+        finally:
+            lock.release()
+
+    # -- handing out -------------------------------------------------------------------------------------
+
+    async def get(self, timeout: float | None = None) -> T:
+        """Take the next key, waiting while none is ready. The caller owns it until :meth:`done`.
+
+        Returns at once (without suspending) when a key is ready. After shutdown, keys still queued are handed
+        out; once none is left, raises :class:`~keyqueue.ShutDown` (also in every ``get()`` that was waiting).
+        With ``timeout`` (seconds, real time), raises ``TimeoutError`` if no key became ready in time. Cancelled
+        while waiting, it takes nothing out of the queue (see the module docstring).
+        """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        lock = self._lock
+        lock.acquire()
+        try:
+            core = self._core
+            item = core.pop()
+            if item is not EMPTY:
+                if self._getters and core.has_ready():
+                    self._wake_one()  # several delayed keys fell due at once: pass the wake-up on
+                return item  # type: ignore[return-value]  # not EMPTY, so a T
+        finally:
+            lock.release()
+        return await self._wait_and_pop(timeout)
+
+    async def _wait_and_pop(self, timeout: float | None) -> T:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        lock = self._lock
+        core = self._core
+        getters = self._getters
+        while True:
+            lock.acquire()
+            try:
+                # The pop happens here, after the await below; nothing between it and the return awaits.
+                item = core.pop()
+                if item is not EMPTY:
+                    if getters and core.has_ready():
+                        self._wake_one()
+                    return item  # type: ignore[return-value]  # not EMPTY, so a T
+                if core.shutting_down:
+                    raise ShutDown
+                wait = None if deadline is None else deadline - loop.time()
+                if wait is not None and wait <= 0:
+                    raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
+                due = core.next_ready_ns()
+                if due is not None:
+                    until_due = self.clock.real_wait(due)
+                    if until_due is not None and (wait is None or until_due < wait):
+                        wait = until_due
+                fut: Future[bool] = loop.create_future()
+                getters.append(fut)
+            finally:
+                lock.release()
+            timer = None if wait is None else loop.call_later(wait, _resolve, fut, _BY_TIMER)
+            try:
+                woken_by = await fut
+            except asyncio.CancelledError:
+                with lock:
+                    try:
+                        getters.remove(fut)  # still waiting: nothing was meant for us
+                    except ValueError:
+                        # A waker had already chosen this getter (its wake-up may still be in flight): pass it on.
+                        if getters:
+                            self._wake_one()
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if woken_by is _BY_TIMER:
+                # Still in the deque, unless a waker popped it, saw it resolved and woke the next getter instead.
+                with lock, contextlib.suppress(ValueError):
+                    getters.remove(fut)
+
+    def done(self, item: T) -> bool:
+        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
+        is returned (a redelivery); otherwise ``False``. Never blocks; callable from any thread.
+
+        ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
+        is still queued and handed out, so a drain can finish it).
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            core = self._core
+            if core.done(item):
+                if self._getters:
+                    self._wake_one()
+                return True
+            if self._drainers and core.idle():
+                self._wake_all(self._drainers)
+            return False
+        finally:
+            lock.release()
+
+    def lease(self, timeout: float | None = None) -> Lease[T]:
+        """``async with q.lease() as key:`` — ``await get(timeout)`` on entry and always :meth:`done` on exit:
+        normally, by an exception, or by cancellation. Raises what :meth:`get` raises (``ShutDown``,
+        ``TimeoutError``); if entry is cancelled while waiting, nothing was taken and nothing is done."""
+        return Lease(self, timeout)
+
+    def __aiter__(self) -> KeyIterator[T]:
+        """``async for key in q:`` — keys until :class:`~keyqueue.ShutDown`, each ``done`` when the body ends.
+
+        ``done(key)`` runs when the loop asks for the next key, and when the loop is left by ``break``,
+        ``return``, an exception or a cancellation (the iterator calls it as the loop lets go of it; CPython does
+        that at once). Holding the iterator yourself, call :meth:`KeyIterator.aclose` to finish the current key.
+        """
+        return KeyIterator(self)
+
+    # -- inspection --------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Keys waiting to be handed out. Not counted: keys being processed, keys re-added while being
+        processed (until their ``done``), delayed keys not yet due. Informational: it may change at once."""
+        with self._lock:
+            return self._core.ready_len()
+
+    def stats(self) -> QueueStats:
+        """Counters of the queue's decisions. Raises ``RuntimeError`` unless built with ``stats=True``."""
+        with self._lock:
+            snapshot = self._core.stats()
+        if snapshot is None:
+            raise RuntimeError("this queue does not count its decisions; build it with stats=True")
+        return snapshot
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once :meth:`shut_down` or :meth:`shut_down_with_drain` has been called."""
+        return self._core.shutting_down
+
+    # -- shutdown ----------------------------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """Stop accepting adds and return at once (it never waits for keys in flight). Idempotent; callable
+        from any thread.
+
+        Delayed keys not yet due are dropped. Keys already queued are still handed out by ``get()``, which then
+        raises :class:`~keyqueue.ShutDown`. A concurrent :meth:`shut_down_with_drain` returns ``False`` at once.
+        """
+        with self._lock:
+            self._core.shut_down(drain=False)
+            self._wake_all(self._getters)
+            self._wake_all(self._drainers)
+
+    async def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+        """Shut down (as :meth:`shut_down`), then wait until the FIFO is empty **and** no key is being
+        processed: queued keys, and keys re-added during processing, are still handed out and finished.
+
+        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds) passed first or :meth:`shut_down` was
+        called meanwhile. Every caller waiting here returns when the queue drains. It waits forever if workers
+        stop calling ``done`` and no timeout is given. Cancelling it only stops the waiting: the queue stays shut
+        down and draining.
+        """
+        timeout = check_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        lock = self._lock
+        core = self._core
+        drainers = self._drainers
+        with lock:
+            core.shut_down(drain=True)
+            self._wake_all(self._getters)
+        while True:
+            with lock:
+                if core.idle():
+                    return True
+                if not core.draining:
+                    return False
+                wait = None if deadline is None else deadline - loop.time()
+                if wait is not None and wait <= 0:
+                    return False
+                fut: Future[bool] = loop.create_future()
+                drainers.append(fut)
+            timer = None if wait is None else loop.call_later(wait, _resolve, fut, _BY_TIMER)
+            try:
+                await fut
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                with lock:
+                    if fut in drainers:
+                        drainers.remove(fut)
+
+    def _on_clock_jump(self) -> None:
+        # The clock moved (FakeClock.step, in any thread): waiting getters re-check what is due.
+        with self._lock:
+            if self._getters:
+                self._wake_all(self._getters)
+
+    def __repr__(self) -> str:
+        core = self._core
+        return (
+            f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
+            f"processing={len(core.processing)} delayed={core.delayed_count} "
+            f"shutting_down={core.shutting_down} waiting_getters={len(self._getters)}>"
+        )
+
+
+class Lease(Generic[T]):
+    """The async context manager returned by :meth:`Queue.lease`: ``get`` on entry, ``done`` on every exit."""
+
+    __slots__ = ("_item", "_queue", "_timeout")
+
+    def __init__(self, queue: Queue[T], timeout: float | None) -> None:
+        self._queue = queue
+        self._timeout = timeout
+
+    async def __aenter__(self) -> T:
+        # No await between get() returning and the caller's `async with` body starting, so a key taken here
+        # always reaches __aexit__.
+        self._item = item = await self._queue.get(self._timeout)
+        return item
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._queue.done(self._item)
+
+
+_NOTHING: Final[Any] = object()
+
+
+class KeyIterator(Generic[T]):
+    """The async iterator of ``async for key in queue``. It owns the key it last returned until it asks for the
+    next one, is closed (:meth:`aclose`) or is let go of; then it calls ``done`` on it. Ends at ``ShutDown``.
+
+    Each worker needs its own iterator (``async for`` makes one): two tasks sharing one would finish each other's
+    keys."""
+
+    __slots__ = ("__weakref__", "_current", "_queue")
+
+    def __init__(self, queue: Queue[T]) -> None:
+        self._queue = queue
+        self._current: Any = _NOTHING
+
+    def __aiter__(self) -> KeyIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        self._finish()
+        try:
+            item = await self._queue.get()
+        except ShutDown:
+            raise StopAsyncIteration from None
+        self._current = item
+        return item
+
+    def _finish(self) -> None:
+        item = self._current
+        if item is not _NOTHING:
+            self._current = _NOTHING
+            self._queue.done(item)
+
+    async def aclose(self) -> None:
+        """Call ``done`` on the key handed out last, if any (idempotent)."""
+        self._finish()
+
+    def __del__(self) -> None:
+        # `async for` drops its iterator when the loop is left (break, return, exception, cancellation); an async
+        # generator would only be finalised later by the event loop, so a plain object does it at once.
+        self._finish()
+
+
+class DelayingQueue(Queue[T]):
+    """A :class:`Queue` with :meth:`add_after`."""
+
+    def add_after(self, item: T, delay: float) -> AddResult:
+        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
+        Never blocks; callable from any thread.
+
+        Of several delayed adds of one key the earliest time wins. A plain :meth:`add` does not cancel a delayed
+        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
+        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
+        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
+        ``DELAY_KEPT`` for a delayed entry, else what :meth:`add` returns). The entry is fired by a waiting
+        ``get()`` (no background task), or by the next ``get()``/``len()`` after it is due.
+        """
+        delay = check_delay(delay)
+        lock = self._lock
+        lock.acquire()
+        try:
+            outcome = self._core.add_after(item, delay)
+            if outcome in (QUEUED, DELAYED) and self._getters:
+                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
+                self._wake_one()
+            return outcome
+        finally:
+            lock.release()
+
+
+class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
+    """A :class:`DelayingQueue` whose failed keys come back after a delay chosen by a :class:`RateLimiter`.
+
+    The worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``; ``done(key)`` always
+    (``async for``/``lease`` do it). The default limiter is :func:`~keyqueue.default_controller_rate_limiter` on
+    the queue's clock. ``add_rate_limited``, ``forget``, ``num_requeues`` are plain methods (any thread), shared
+    with the threading shell (:class:`~keyqueue._core.RateLimitedAdds`).
+    """
+
+    def __init__(
+        self,
+        rate_limiter: RateLimiter[T] | None = None,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
+        self._init_rate_limiter(rate_limiter)
+
+
+# The asyncio priority queue and controller loop live in their own modules (so `import keyqueue` stays
+# asyncio-free) and build on the classes above. They are re-exported lazily (PEP 562): an eager import here would
+# be circular when one of those modules is imported first.
+if TYPE_CHECKING:
+    from keyqueue._aio_controller import Controller as Controller
+    from keyqueue._aio_priority import PriorityQueue as PriorityQueue
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PriorityQueue":
+        from keyqueue._aio_priority import PriorityQueue
+
+        return PriorityQueue
+    if name == "Controller":
+        from keyqueue._aio_controller import Controller
+
+        return Controller
+    raise AttributeError(f"module 'keyqueue.aio' has no attribute {name!r}")

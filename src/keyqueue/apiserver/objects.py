@@ -1,0 +1,474 @@
+"""The two served resources: their schema, decoding, validation and table form.
+
+This module holds the per-resource rules that kube-apiserver gets from its
+type definitions and registry strategies, restricted to ConfigMaps and
+Namespaces:
+
+* decoding a JSON body into the typed shape: unknown fields are dropped (and
+  reported, for ``fieldValidation``), ``null`` means "unset", empty values of
+  ``omitempty`` fields are dropped, and a value of the wrong JSON type is a 400
+  error, as with Go's ``encoding/json``;
+* validation (422 Invalid): object names, ConfigMap keys, labels, annotations,
+  immutable ConfigMaps, immutable ``metadata.uid``;
+* a canonical field order, so that equal objects encode to equal bytes (a no-op
+  update is detected by comparing bytes, as kube-apiserver does);
+* the ``meta.k8s.io/v1`` Table form kubectl asks for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from .errors import APIError, bad_request, invalid
+
+__all__ = [
+    "CONFIGMAPS",
+    "NAMESPACES",
+    "RESOURCES",
+    "ResourceType",
+    "age",
+    "canonical",
+    "decode_typed",
+    "format_time",
+    "to_table",
+    "validate",
+    "validate_update",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """A served resource (``GET /api/v1/[namespaces/NS/]<name>``)."""
+
+    name: str
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...]
+    field_selectors: frozenset[str]
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+
+CONFIGMAPS: Final = ResourceType(
+    "configmaps", "configmap", "ConfigMap", True, ("cm",), frozenset({"metadata.name", "metadata.namespace"})
+)
+NAMESPACES: Final = ResourceType(
+    "namespaces", "namespace", "Namespace", False, ("ns",), frozenset({"metadata.name", "status.phase"})
+)
+RESOURCES: Final = {r.name: r for r in (CONFIGMAPS, NAMESPACES)}
+
+# ----------------------------------------------------------------------------- schema
+# A field spec is a type name, ("map", spec), ("list", spec) or a dict of fields
+# (in the Go struct's order, which is also the JSON output order).
+_Spec = Any
+
+_OWNER_REFERENCE: Final[dict[str, _Spec]] = {
+    "apiVersion": "string",
+    "kind": "string",
+    "name": "string",
+    "uid": "string",
+    "controller": "boolean",
+    "blockOwnerDeletion": "boolean",
+}
+_OBJECT_META: Final[dict[str, _Spec]] = {
+    "name": "string",
+    "generateName": "string",
+    "namespace": "string",
+    "selfLink": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+    "generation": "integer",
+    "creationTimestamp": "string",
+    "deletionTimestamp": "string",
+    "deletionGracePeriodSeconds": "integer",
+    "labels": ("map", "string"),
+    "annotations": ("map", "string"),
+    "ownerReferences": ("list", _OWNER_REFERENCE),
+    "finalizers": ("list", "string"),
+    "managedFields": ("list", "any"),
+}
+_SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
+    "configmaps": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "immutable": "boolean",
+        "data": ("map", "string"),
+        "binaryData": ("map", "string"),
+    },
+    "namespaces": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {"finalizers": ("list", "string")},
+        "status": {
+            "phase": "string",
+            "conditions": (
+                "list",
+                {"type": "string", "status": "string", "lastTransitionTime": "string", "reason": "string",
+                 "message": "string"},
+            ),
+        },
+    },
+}
+
+_JSON_TYPE_NAMES: Final = {str: "string", bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
+
+
+def _type_error(rt: ResourceType, path: str, value: object, want: str) -> APIError:
+    got = _JSON_TYPE_NAMES.get(type(value), "value")
+    return bad_request(
+        f'{rt.kind} in version "v1" cannot be handled as a {rt.kind}: json: cannot unmarshal {got} into Go '
+        f"struct field {rt.kind}.{path} of type {want}"
+    )
+
+
+def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[str]) -> Any:
+    if spec == "any":
+        return value
+    if spec == "string":
+        if not isinstance(value, str):
+            raise _type_error(rt, path, value, "string")
+        return value
+    if spec == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(rt, path, value, "int64")
+        return value
+    if spec == "boolean":
+        if not isinstance(value, bool):
+            raise _type_error(rt, path, value, "bool")
+        return value
+    if isinstance(spec, tuple) and spec[0] == "map":
+        if not isinstance(value, dict):
+            raise _type_error(rt, path, value, "map[string]string")
+        return {k: _decode(rt, spec[1], v, path, unknown) for k, v in value.items() if v is not None}
+    if isinstance(spec, tuple) and spec[0] == "list":
+        if not isinstance(value, list):
+            raise _type_error(rt, path, value, "[]" + ("string" if spec[1] == "string" else "object"))
+        return [_decode(rt, spec[1], v, path, unknown) for v in value]
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise _type_error(rt, path, value, "object")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            if key not in spec:
+                unknown.append(sub)
+                continue
+            if item is None:
+                continue
+            decoded = _decode(rt, spec[key], item, sub, unknown)
+            # Go's `omitempty`: empty strings, maps, lists and zero integers vanish
+            # (booleans are pointers in these types, so `false` stays).
+            if decoded in ("", 0, {}, []) and not isinstance(decoded, bool) and spec is not _OWNER_REFERENCE:
+                continue
+            out[key] = decoded
+        return out
+    raise AssertionError(f"bad spec {spec!r}")  # pragma: no cover
+
+
+def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]]:
+    """Decode a JSON value into ``rt``'s shape.
+
+    Returns the object without unknown fields and the dotted paths of the
+    unknown fields that were dropped.  ``null`` values are dropped like unset
+    fields.  Raises a 400 :class:`APIError` for a non-object body, a value of
+    the wrong JSON type, invalid base64 in ``binaryData``, or a ``kind`` or
+    ``apiVersion`` other than ``rt``'s.
+    """
+    if not isinstance(body, dict):
+        raise bad_request(f"the body of the request must be a {rt.kind} object")
+    unknown: list[str] = []
+    obj: dict[str, Any] = _decode(rt, _SCHEMAS[rt.name], body, "", unknown)
+    kind = obj.get("kind") or rt.kind
+    version = obj.get("apiVersion") or "v1"
+    if version != "v1":
+        raise bad_request(f"the API version in the data ({version}) does not match the expected API version (v1)")
+    if kind != rt.kind:
+        raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+    obj["kind"], obj["apiVersion"] = rt.kind, "v1"
+    obj.setdefault("metadata", {})
+    for key, value in (obj.get("binaryData") or {}).items():
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise bad_request(
+                f'{rt.kind} in version "v1" cannot be handled as a {rt.kind}: illegal base64 data in binaryData[{key}]'
+            ) from None
+    return obj, unknown
+
+
+def canonical(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order)."""
+    return _order(_SCHEMAS[rt.name], obj)  # type: ignore[no-any-return]
+
+
+def _order(spec: _Spec, value: Any) -> Any:
+    if isinstance(spec, dict) and isinstance(value, Mapping):
+        out = {k: _order(spec[k], value[k]) for k in spec if k in value}
+        for k in value:  # fields the schema does not know (kept as they are)
+            if k not in spec:
+                out[k] = value[k]
+        return out
+    if isinstance(spec, tuple) and spec[0] == "map" and isinstance(value, Mapping):
+        return {k: _order(spec[1], value[k]) for k in sorted(value)}
+    if isinstance(spec, tuple) and spec[0] == "list" and isinstance(value, list):
+        return [_order(spec[1], v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- validation
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+_MSG_SUBDOMAIN = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_MSG_LABEL = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_MSG_CONFIG_KEY = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+    "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+_MSG_NAME_PART = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_MSG_LABEL_VALUE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+    "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+MAX_CONFIGMAP_BYTES: Final = 1024 * 1024
+MAX_ANNOTATION_BYTES: Final = 256 * 1024
+
+_Cause = tuple[str, str, str]  # (reason, field, message)
+
+
+def _bad(field: str, value: str, message: str) -> _Cause:
+    return ("FieldValueInvalid", field, f'Invalid value: "{value}": {message}')
+
+
+def _name_causes(rt: ResourceType, name: str) -> list[_Cause]:
+    if rt.namespaced:
+        if len(name) > 253:
+            return [_bad("metadata.name", name, "must be no more than 253 characters")]
+        if not _DNS1123_SUBDOMAIN.fullmatch(name):
+            return [_bad("metadata.name", name, _MSG_SUBDOMAIN)]
+    else:
+        if len(name) > 63:
+            return [_bad("metadata.name", name, "must be no more than 63 characters")]
+        if not _DNS1123_LABEL.fullmatch(name):
+            return [_bad("metadata.name", name, _MSG_LABEL)]
+    return []
+
+
+def _qualified_name_causes(field: str, key: str) -> list[_Cause]:
+    prefix, _, name = key.rpartition("/")
+    causes: list[_Cause] = []
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        causes.append(_bad(field, key, "prefix part " + _MSG_SUBDOMAIN))
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.fullmatch(name):
+        causes.append(_bad(field, key, _MSG_NAME_PART if name and len(name) <= 63 else
+                           "name part must be non-empty and no more than 63 characters"))
+    return causes
+
+
+def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
+    """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    causes: list[_Cause] = []
+    if not name:
+        causes.append(("FieldValueRequired", "metadata.name", "Required value: name or generateName is required"))
+    else:
+        causes.extend(_name_causes(rt, name))
+    for key, value in (meta.get("labels") or {}).items():
+        causes.extend(_qualified_name_causes("metadata.labels", key))
+        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            causes.append(_bad("metadata.labels", value, _MSG_LABEL_VALUE if len(value) <= 63 else
+                               "must be no more than 63 characters"))
+    annotations = meta.get("annotations") or {}
+    for key in annotations:
+        causes.extend(_qualified_name_causes("metadata.annotations", key.lower()))
+    if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATION_BYTES:
+        causes.append(("FieldValueTooLong", "metadata.annotations",
+                       f"Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
+    if rt is CONFIGMAPS:
+        causes.extend(_configmap_causes(obj))
+    if causes:
+        raise invalid(rt.kind, rt.name, name, causes)
+
+
+def _config_key_causes(field: str, key: str) -> list[_Cause]:
+    path = f"{field}[{key}]"
+    if len(key) > 253:
+        return [_bad(path, key, "must be no more than 253 characters")]
+    if not _CONFIG_KEY.fullmatch(key):
+        return [_bad(path, key, _MSG_CONFIG_KEY)]
+    if key in (".", "..") or key.startswith(".."):
+        return [_bad(path, key, "must not be '.'" if key == "." else "must not start with '..'")]
+    return []
+
+
+def _configmap_causes(obj: Mapping[str, Any]) -> list[_Cause]:
+    data: Mapping[str, str] = obj.get("data") or {}
+    binary: Mapping[str, str] = obj.get("binaryData") or {}
+    causes: list[_Cause] = []
+    total = 0
+    for key, value in data.items():
+        causes.extend(_config_key_causes("data", key))
+        total += len(value.encode())
+    for key, value in binary.items():
+        causes.extend(_config_key_causes("binaryData", key))
+        if key in data:
+            causes.append(_bad(f"binaryData[{key}]", key, "duplicate of key present in data"))
+        total += len(value) * 3 // 4
+    if total > MAX_CONFIGMAP_BYTES:
+        causes.append(("FieldValueTooLong", "", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes"))
+    return causes
+
+
+def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
+    """Raise a 422 :class:`APIError` if changing ``old`` into ``new`` is not allowed."""
+    validate(rt, new)
+    name = str(new["metadata"].get("name", ""))
+    causes: list[_Cause] = []
+    new_uid, old_uid = new["metadata"].get("uid", ""), old["metadata"].get("uid", "")
+    if new_uid != old_uid:
+        causes.append(_bad("metadata.uid", new_uid, "field is immutable"))
+    if rt is CONFIGMAPS and old.get("immutable"):
+        why = "Forbidden: field is immutable when `immutable` is set"
+        if not new.get("immutable"):
+            causes.append(("FieldValueForbidden", "immutable", why))
+        if new.get("data") != old.get("data"):
+            causes.append(("FieldValueForbidden", "data", why))
+        if new.get("binaryData") != old.get("binaryData"):
+            causes.append(("FieldValueForbidden", "binaryData", why))
+    if causes:
+        raise invalid(rt.kind, rt.name, name, causes)
+
+
+# ----------------------------------------------------------------------------- time and tables
+
+
+def format_time(ts: float) -> str:
+    """RFC 3339 in UTC with second precision, like ``metav1.Time``."""
+    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(value: str) -> float | None:
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def age(seconds: float) -> str:
+    """A short human duration, following the rules kubectl's AGE column uses."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if hours < 24 * 8:
+        return f"{days}d" if hours % 24 == 0 else f"{days}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if hours < 24 * 365 * 8:
+        return f"{years}y" if days % 365 == 0 else f"{years}y{days % 365}d"
+    return f"{years}y"
+
+
+_NAME_COLUMN: Final = {
+    "name": "Name", "type": "string", "format": "name", "priority": 0,
+    "description": "Name must be unique within a namespace.",
+}
+_AGE_COLUMN: Final = {
+    "name": "Age", "type": "string", "format": "", "priority": 0,
+    "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
+}
+_COLUMNS: Final = {
+    "configmaps": [
+        _NAME_COLUMN,
+        {"name": "Data", "type": "integer", "format": "", "priority": 0,
+         "description": "Number of keys in data and binaryData."},
+        _AGE_COLUMN,
+    ],
+    "namespaces": [
+        _NAME_COLUMN,
+        {"name": "Status", "type": "string", "format": "", "priority": 0,
+         "description": "The status of the namespace"},
+        _AGE_COLUMN,
+    ],
+}
+
+
+def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    created = _parse_time(str(meta.get("creationTimestamp", "")))
+    when = age(now - created) if created is not None else "<unknown>"
+    if rt is CONFIGMAPS:
+        middle: Any = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+    else:
+        middle = (obj.get("status") or {}).get("phase", "")
+    row: dict[str, Any] = {"cells": [meta.get("name", ""), middle, when]}
+    if include_object == "Object":
+        row["object"] = obj
+    elif include_object != "None":
+        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+    return row
+
+
+def to_table(
+    rt: ResourceType,
+    objs: Sequence[Mapping[str, Any]],
+    resource_version: str,
+    now: float,
+    include_object: str = "Metadata",
+    list_meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of ``objs`` (columns Name, Data|Status, Age)."""
+    meta = dict(list_meta or {})
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": _COLUMNS[rt.name],
+        "rows": [_row(rt, o, now, include_object) for o in objs],
+    }

@@ -1,0 +1,719 @@
+"""Object storage with kube-apiserver's semantics, on any :class:`~.storage.Backend`.
+
+Layout and concurrency follow kube-apiserver's etcd3 storage:
+
+* key ``<prefix>/<resource>/<namespace>/<name>`` (``<prefix>/namespaces/<name>``
+  for namespaces), value = the object as JSON without ``resourceVersion``;
+* an object's ``resourceVersion`` is its key's ``mod_revision``; a list's is the
+  revision it was read at;
+* create is a transaction on ``version == 0`` (else 409 AlreadyExists);
+* update and patch are a read followed by a transaction on ``mod_revision``.
+  When the client gave a ``resourceVersion`` (in a PUT body or inside a patch)
+  a mismatch is 409 Conflict; without one the read-modify-write is retried
+  until it wins (kube-apiserver's ``GuaranteedUpdate``).  An update that does not
+  change the stored bytes writes nothing and keeps the resourceVersion;
+* watch = a backend watch from ``resourceVersion + 1``; ADDED or MODIFIED is
+  decided from ``create_revision``; DELETED carries the last state with the
+  deletion's revision; a compacted start revision gives a 410 Expired ERROR event.
+
+Differences from kube-apiserver, on purpose: no admission chain beyond the
+namespace-exists check, no managedFields, no server-side apply, no watch cache
+(watches and lists go to the backend), and deleting a namespace deletes its
+ConfigMaps and the namespace at once instead of going through ``Terminating``.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import secrets
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from . import errors
+from .errors import APIError
+from .objects import CONFIGMAPS, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
+from .objects import validate_update as _validate_update
+from .patch import apply_patch
+from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from .storage import Backend, BackendUnavailableError, BackendWatch, CompactedError, FutureRevisionError, KeyValue
+
+__all__ = ["SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions"]
+
+SYSTEM_NAMESPACES: Final = ("default", "kube-system", "kube-public")
+_NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generateName suffixes
+_CONFLICT_MSG: Final = "the object has been modified; please apply your changes to the latest version and try again"
+_FIELD_VALIDATION: Final = ("", "Ignore", "Warn", "Strict")
+
+
+@dataclass
+class WriteOptions:
+    """Per-request options of a write.
+
+    ``dry_run`` validates and answers without writing.  ``field_validation`` is
+    ``Strict`` (unknown fields are a 400 error), ``Warn`` (the default: they are
+    dropped and reported in ``warnings``) or ``Ignore``.
+    """
+
+    dry_run: bool = False
+    field_validation: str = "Warn"
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """Label and field selectors of a list or watch."""
+
+    rt: ResourceType
+    labels: LabelSelector
+    fields: FieldSelector
+
+    @property
+    def match_all(self) -> bool:
+        return self.labels.empty and not self.fields.terms
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata") or {}
+        if not self.labels.matches(meta.get("labels")):
+            return False
+        if not self.fields.terms:
+            return True
+        values = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "")}
+        if self.rt is NAMESPACES:
+            values["status.phase"] = (obj.get("status") or {}).get("phase", "")
+        return self.fields.matches(values)
+
+
+def _parse_rv(value: str) -> int:
+    try:
+        rv = int(value)
+    except ValueError:
+        rv = -1
+    if rv < 0:
+        raise errors.bad_request(f'invalid resource version: "{value}"') from None
+    return rv
+
+
+def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
+    """Put ``metadata.resourceVersion`` in its canonical place (after ``uid``)."""
+    meta = obj.get("metadata") or {}
+    out: dict[str, Any] = {}
+    placed = False
+    for k, v in meta.items():
+        if not placed and k not in ("name", "generateName", "namespace", "selfLink", "uid"):
+            out["resourceVersion"] = str(rv)
+            placed = True
+        if k != "resourceVersion":
+            out[k] = v
+    if not placed:
+        out["resourceVersion"] = str(rv)
+    obj["metadata"] = out
+    return obj
+
+
+class _RecentStates:
+    """The newest state this process saw per key (bounded LRU).
+
+    A key's value at a given ``mod_revision`` never changes, so an entry can be
+    out of date but never wrong about the revision it claims.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, KeyValue] = OrderedDict()
+
+    def get(self, key: str) -> KeyValue | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, kv: KeyValue) -> None:
+        with self._lock:
+            have = self._items.get(kv.key)
+            if have is not None and have.mod_revision >= kv.mod_revision:
+                return
+            self._items[kv.key] = kv
+            self._items.move_to_end(kv.key)
+            if len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+
+class Registry:
+    """ConfigMaps and Namespaces stored in a :class:`Backend` the way kube-apiserver stores them.
+
+    Thread-safe: all shared state is in the backend; every method blocks on
+    backend calls only.  Errors are raised as :class:`~.errors.APIError`.
+    """
+
+    def __init__(self, backend: Backend, prefix: str = "/registry", clock: Callable[[], float] = time.time) -> None:
+        self.backend = backend
+        self.prefix = prefix.rstrip("/")
+        self._clock = clock
+        self._watches: set[ObjectWatch] = set()
+        self._lock = threading.Lock()
+        self._recent = _RecentStates()
+
+    # ------------------------------------------------------------------ keys and codec
+    def key(self, rt: ResourceType, namespace: str | None, name: str) -> str:
+        if rt.namespaced:
+            return f"{self.prefix}/{rt.name}/{namespace}/{name}"
+        return f"{self.prefix}/{rt.name}/{name}"
+
+    def collection_prefix(self, rt: ResourceType, namespace: str | None) -> str:
+        if rt.namespaced and namespace:
+            return f"{self.prefix}/{rt.name}/{namespace}/"
+        return f"{self.prefix}/{rt.name}/"
+
+    def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
+        """The stored form: canonical JSON without ``resourceVersion`` and ``selfLink``."""
+        meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "selfLink")}
+        return json.dumps(canonical(rt, {**obj, "metadata": meta}), separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+    def decode(self, kv: KeyValue, rv: int | None = None) -> dict[str, Any]:
+        """The API form of a stored value, with ``resourceVersion`` = ``rv`` or its ``mod_revision``."""
+        obj: dict[str, Any] = json.loads(kv.value)
+        return _with_rv(obj, rv if rv is not None else kv.mod_revision)
+
+    # ------------------------------------------------------------------ setup
+    def ensure_namespaces(self, names: tuple[str, ...] = SYSTEM_NAMESPACES) -> None:
+        """Create the given namespaces unless they exist (idempotent)."""
+        for name in names:
+            try:
+                self.create(NAMESPACES, None, {"metadata": {"name": name}}, WriteOptions())
+            except APIError as exc:
+                if exc.code != 409:
+                    raise
+
+    def compact(self) -> int:
+        """Compact the backend up to its current revision; return that revision."""
+        rev = self.backend.revision()
+        self.backend.compact(rev)
+        return rev
+
+    # ------------------------------------------------------------------ reads
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        key = self.key(rt, namespace, name)
+        kv, _ = self._backend_call(self.backend.get, key)
+        if kv is None:
+            self._recent.forget(key)
+            raise errors.not_found(rt.name, name)
+        self._recent.put(kv)
+        return self.decode(kv)
+
+    def matcher(self, rt: ResourceType, label_selector: str | None, field_selector: str | None) -> Matcher:
+        """Parse ``labelSelector`` and ``fieldSelector`` (400 if malformed or on an unsupported field)."""
+        fields = parse_field_selector(field_selector, rt.field_selectors)
+        return Matcher(rt, parse_label_selector(label_selector), fields)
+
+    def list_objects(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        matcher: Matcher,
+        resource_version: str = "",
+        resource_version_match: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """List objects; returns ``(items, list metadata)``.
+
+        ``resourceVersion``/``resourceVersionMatch``/``limit``/``continue``
+        follow the Kubernetes rules: unset = most recent; ``0`` = any (here: most
+        recent); ``N`` = not older than N, or exactly N with
+        ``resourceVersionMatch=Exact`` or with ``limit`` (410 Expired if N was
+        compacted).  ``limit`` pages with a ``continue`` token that reads the
+        next page at the same revision.
+        """
+        prefix = self.collection_prefix(rt, namespace)
+        start_key = ""
+        read_rev = 0
+        if continue_token:
+            if resource_version not in ("", "0") or resource_version_match:
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            read_rev, start_key = self._decode_continue(continue_token, prefix)
+        elif resource_version_match not in ("", "Exact", "NotOlderThan"):
+            raise errors.bad_request(f'invalid resourceVersionMatch: "{resource_version_match}"')
+        elif resource_version_match and resource_version == "":
+            raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        elif resource_version not in ("", "0"):
+            rv = _parse_rv(resource_version)
+            if resource_version_match == "Exact" or (not resource_version_match and limit > 0):
+                read_rev = rv
+            else:
+                current = self._backend_call(self.backend.revision)
+                if rv > current:
+                    raise errors.too_large_resource_version(rv, current)
+        elif resource_version_match == "Exact":
+            raise errors.bad_request("resourceVersionMatch=Exact is forbidden for resourceVersion \"0\"")
+        try:
+            kvs, rev = self.backend.range(prefix, read_rev)
+        except CompactedError:
+            if continue_token:
+                raise errors.expired(
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter."
+                ) from None
+            raise errors.expired("The resourceVersion for the provided list is too old.") from None
+        except FutureRevisionError:
+            raise errors.too_large_resource_version(read_rev, self._backend_call(self.backend.revision)) from None
+        except BackendUnavailableError as exc:
+            raise errors.internal_error(str(exc)) from None
+        items: list[dict[str, Any]] = []
+        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        for i, kv in enumerate(kvs):
+            if kv.key < start_key:
+                continue
+            obj = self.decode(kv)
+            if not matcher.matches(obj):
+                continue
+            if limit > 0 and len(items) == limit:
+                meta["continue"] = self._encode_continue(rev, kv.key, prefix)
+                if matcher.match_all:
+                    meta["remainingItemCount"] = sum(1 for k in kvs[i:] if k.key >= start_key)
+                break
+            obj.pop("kind", None)
+            obj.pop("apiVersion", None)
+            items.append(obj)
+        return items, meta
+
+    @staticmethod
+    def _encode_continue(rev: int, next_key: str, prefix: str) -> str:
+        token = {"v": "meta.k8s.io/v1", "rv": rev, "start": next_key[len(prefix) :]}
+        return base64.urlsafe_b64encode(json.dumps(token, separators=(",", ":")).encode()).decode()
+
+    @staticmethod
+    def _decode_continue(token: str, prefix: str) -> tuple[int, str]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            rev, start = int(data["rv"]), str(data["start"])
+        except (ValueError, KeyError, TypeError):
+            raise errors.bad_request("continue key is not valid: invalid token") from None
+        if rev <= 0 or ".." in start or start.startswith("/"):
+            raise errors.bad_request("continue key is not valid: invalid token")
+        return rev, prefix + start
+
+    def _backend_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BackendUnavailableError as exc:
+            raise errors.internal_error(str(exc)) from None
+
+    # ------------------------------------------------------------------ writes
+    def decode_body(self, rt: ResourceType, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        """Decode a request body (JSON value) into ``rt``'s shape, applying ``fieldValidation``."""
+        if opts.field_validation not in _FIELD_VALIDATION:
+            raise errors.bad_request(
+                f"fieldValidation {opts.field_validation} is invalid, valid values are: Ignore, Warn, Strict"
+            )
+        obj, unknown = decode_typed(rt, body)
+        if unknown and opts.field_validation == "Strict":
+            raise errors.bad_request(
+                "strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown)
+            )
+        if unknown and opts.field_validation in ("", "Warn"):
+            opts.warnings.extend(f'unknown field "{u}"' for u in unknown)
+        return obj
+
+    def _check_namespace(self, rt: ResourceType, obj: dict[str, Any], namespace: str | None) -> None:
+        meta = obj["metadata"]
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        meta["namespace"] = namespace
+
+    def _prepare(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The registry strategy: server-owned fields of a new or updated object."""
+        meta = obj["metadata"]
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        if old is None:
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = format_time(self._clock())
+            meta.pop("deletionTimestamp", None)
+            meta.pop("deletionGracePeriodSeconds", None)
+        else:
+            old_meta = old["metadata"]
+            meta.setdefault("uid", old_meta.get("uid", ""))
+            for kept in ("creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+                if kept in old_meta:
+                    meta[kept] = old_meta[kept]
+                else:
+                    meta.pop(kept, None)
+        if rt is NAMESPACES:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
+            if old is None:
+                obj["spec"] = {"finalizers": ["kubernetes"]}
+                obj["status"] = {"phase": "Active"}
+            else:
+                for part in ("spec", "status"):
+                    if part in old:
+                        obj[part] = copy.deepcopy(old[part])
+                    else:
+                        obj.pop(part, None)
+
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        """Create an object (POST).  ``body`` is the decoded JSON request body."""
+        obj = self.decode_body(rt, body, opts)
+        meta = obj["metadata"]
+        self._check_namespace(rt, obj, namespace)
+        if meta.get("resourceVersion"):
+            raise errors.internal_error("resourceVersion should not be set on objects to be created")
+        generate = meta.get("generateName", "") if not meta.get("name") else ""
+        if generate:
+            meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
+        self._prepare(rt, obj, None)
+        validate(rt, obj)
+        if rt.namespaced:
+            ns_kv, _ = self._backend_call(self.backend.get, self.key(NAMESPACES, None, str(namespace)))
+            if ns_kv is None:
+                raise errors.not_found("namespaces", str(namespace))
+        for _attempt in range(8):
+            key = self.key(rt, namespace, meta["name"])
+            if opts.dry_run:
+                kv, _ = self._backend_call(self.backend.get, key)
+                if kv is not None:
+                    raise errors.already_exists(rt.name, meta["name"])
+                return obj
+            result = self._backend_call(self.backend.create, key, self.encode(rt, obj))
+            if result.succeeded:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                return self.decode(result.kv)
+            if not generate:
+                raise errors.already_exists(rt.name, meta["name"])
+            meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
+        raise errors.already_exists(rt.name, meta["name"])
+
+    def _guaranteed_update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        mutate: Callable[[dict[str, Any]], dict[str, Any]],
+        opts: WriteOptions,
+    ) -> dict[str, Any]:
+        """Read, ``mutate`` a copy, write if ``mod_revision`` is unchanged; retry otherwise.
+
+        ``mutate`` raises to abort (e.g. 409 on a resourceVersion precondition).
+        """
+        key = self.key(rt, namespace, name)
+        # Like kube-apiserver's GuaranteedUpdate with its watch cache: start from the
+        # last state this registry saw for the key (saves a read).  That state may be
+        # stale; the transaction's mod_revision compare catches it, and any decision
+        # that a stale state could get wrong (an error, a no-op) is re-checked on a
+        # fresh read first.
+        kv = None if opts.dry_run else self._recent.get(key)
+        confirmed = kv is None
+        if kv is None:
+            kv, _ = self._backend_call(self.backend.get, key)
+        while True:
+            if kv is None:
+                self._recent.forget(key)
+                raise errors.not_found(rt.name, name)
+            current = self.decode(kv)
+            try:
+                new = mutate(copy.deepcopy(current))
+            except APIError:
+                if confirmed:
+                    raise
+                kv, _ = self._backend_call(self.backend.get, key)
+                confirmed = True
+                continue
+            data = self.encode(rt, new)
+            if data == kv.value:
+                if not confirmed:
+                    kv, _ = self._backend_call(self.backend.get, key)
+                    confirmed = True
+                    continue
+                return current  # no-op: nothing written, resourceVersion unchanged
+            if opts.dry_run:
+                return _with_rv(new, kv.mod_revision)
+            result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
+            if result.succeeded:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                return self.decode(result.kv)
+            kv = result.kv
+            confirmed = True
+
+    def _update_checks(
+        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any]
+    ) -> dict[str, Any]:
+        meta = new["metadata"]
+        if not meta.get("name"):
+            meta["name"] = name
+        if meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        self._check_namespace(rt, new, namespace)
+        rv = meta.get("resourceVersion", "")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise errors.conflict(rt.name, name, _CONFLICT_MSG)
+        self._prepare(rt, new, current)
+        _validate_update(rt, new, current)
+        return new
+
+    def update(
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+    ) -> dict[str, Any]:
+        """Replace an object (PUT).  With ``metadata.resourceVersion`` in ``body`` it is a compare-and-swap."""
+        obj = self.decode_body(rt, body, opts)
+
+        def mutate(current: dict[str, Any]) -> dict[str, Any]:
+            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current)
+
+        return self._guaranteed_update(rt, namespace, name, mutate, opts)
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        opts: WriteOptions,
+    ) -> dict[str, Any]:
+        """Patch an object.  A ``resourceVersion`` set by the patch is a precondition."""
+
+        def mutate(current: dict[str, Any]) -> dict[str, Any]:
+            patched = apply_patch(patch_type, current, patch)
+            new = self.decode_body(rt, patched, opts)
+            return self._update_checks(rt, namespace, name, new, current)
+
+        return self._guaranteed_update(rt, namespace, name, mutate, opts)
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        preconditions: dict[str, Any] | None,
+        opts: WriteOptions,
+    ) -> dict[str, Any]:
+        """Delete an object; returns a ``Status`` with ``status: Success``.
+
+        ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do
+        not hold give 409 Conflict.  Deleting a namespace first deletes its
+        ConfigMaps; the system namespaces cannot be deleted (403).
+        """
+        key = self.key(rt, namespace, name)
+        kv, _ = self._backend_call(self.backend.get, key)
+        while True:
+            if kv is None:
+                raise errors.not_found(rt.name, name)
+            current = self.decode(kv)
+            meta = current["metadata"]
+            for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                want = (preconditions or {}).get(field_name)
+                if want and want != meta.get(field_name):
+                    raise errors.conflict(
+                        rt.name, name,
+                        f"Precondition failed: {label} in precondition: {want}, "
+                        f"{label} in object meta: {meta.get(field_name)}",
+                    )
+            if rt is NAMESPACES:
+                if name in SYSTEM_NAMESPACES:
+                    raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
+                if not opts.dry_run:
+                    self._delete_all(CONFIGMAPS, name)
+            if opts.dry_run:
+                return errors.success_status(rt.name, name, meta.get("uid", ""))
+            result = self._backend_call(self.backend.delete, key, kv.mod_revision)
+            if result.succeeded:
+                self._recent.forget(key)
+                return errors.success_status(rt.name, name, meta.get("uid", ""))
+            kv = result.kv
+
+    def delete_collection(
+        self, rt: ResourceType, namespace: str | None, matcher: Matcher, opts: WriteOptions
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Delete every matching object; returns the deleted objects and list metadata."""
+        items, meta = self.list_objects(rt, namespace, matcher)
+        deleted = []
+        for obj in items:
+            name = obj["metadata"]["name"]
+            try:
+                self.delete(rt, obj["metadata"].get("namespace"), name, None, opts)
+                deleted.append(obj)
+            except APIError as exc:
+                if exc.code not in (403, 404):
+                    raise
+        return deleted, meta
+
+    def _delete_all(self, rt: ResourceType, namespace: str) -> None:
+        kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)
+        for kv in kvs:
+            while kv is not None:
+                result = self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                kv = None if result.succeeded else result.kv
+
+    # ------------------------------------------------------------------ watch
+    def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        matcher: Matcher,
+        resource_version: str = "",
+        allow_bookmarks: bool = False,
+        send_initial_events: bool | None = None,
+    ) -> ObjectWatch:
+        """Start a watch.
+
+        ``resourceVersion`` unset or ``0``: ADDED events for the current state,
+        then changes (as kube-apiserver does).  ``N``: changes after N.
+        ``sendInitialEvents=true`` also sends the current state first, ended by a
+        BOOKMARK annotated ``k8s.io/initial-events-end``.
+        """
+        prefix = self.collection_prefix(rt, namespace)
+        initial: list[dict[str, Any]] = []
+        rv = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
+        if send_initial_events and not allow_bookmarks:
+            raise errors.bad_request("sendInitialEvents requires allowWatchBookmarks=true")
+        if resource_version in ("", "0") or send_initial_events:
+            kvs, rev = self._backend_call(self.backend.range, prefix, 0)
+            for kv in kvs:
+                obj = self.decode(kv)
+                if matcher.matches(obj):
+                    initial.append({"type": "ADDED", "object": obj})
+            if send_initial_events:
+                initial.append(
+                    {"type": "BOOKMARK", "object": {
+                        "kind": rt.kind, "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(rev),
+                                     "annotations": {"k8s.io/initial-events-end": "true"}}}}
+                )
+            rv = rev
+        backend_watch = self._backend_call(self.backend.watch, prefix, rv + 1)
+        w = ObjectWatch(self, rt, matcher, backend_watch, rv, initial, allow_bookmarks)
+        with self._lock:
+            self._watches.add(w)
+        return w
+
+    def close_watches(self) -> None:
+        """Close every open watch (their :meth:`ObjectWatch.next` then raises EOFError)."""
+        with self._lock:
+            watches = list(self._watches)
+        for w in watches:
+            w.close()
+
+    def _forget(self, w: ObjectWatch) -> None:
+        with self._lock:
+            self._watches.discard(w)
+
+
+class ObjectWatch:
+    """The events of one watch request, as JSON-ready dicts.  Used by one thread; ``close`` from any."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        rt: ResourceType,
+        matcher: Matcher,
+        backend_watch: BackendWatch,
+        start_rv: int,
+        initial: list[dict[str, Any]],
+        allow_bookmarks: bool,
+    ) -> None:
+        self._registry = registry
+        self.rt = rt
+        self._matcher = matcher
+        self._watch = backend_watch
+        self.start_rv = start_rv
+        self.last_rv = start_rv  # every change <= last_rv has been delivered
+        self._pending = initial
+        self._allow_bookmarks = allow_bookmarks
+        self._ended = False
+
+    def next(self, timeout: float | None) -> list[dict[str, Any]] | None:
+        """Block up to ``timeout`` seconds for events; ``None`` on timeout.
+
+        Raises :class:`EOFError` once the stream is over (after an ERROR event,
+        or when the watch was closed).
+        """
+        if self._pending:
+            out, self._pending = self._pending, []
+            return out
+        if self._ended:
+            raise EOFError("watch ended")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                batch = self._watch.next(remaining)
+            except CompactedError as exc:
+                self._ended = True
+                shown = exc.compacted or self._registry.backend.revision()
+                status = errors.expired(f"too old resource version: {self.start_rv} ({shown})").status()
+                return [{"type": "ERROR", "object": status}]
+            except BackendUnavailableError as exc:
+                self._ended = True
+                return [{"type": "ERROR", "object": errors.internal_error(str(exc)).status()}]
+            if batch is None:
+                return None
+            if batch.progress is not None:
+                self.last_rv = max(self.last_rv, batch.progress)
+                continue
+            events = self._convert(batch.events)
+            if events:
+                return events
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def _convert(self, batch: tuple[Any, ...]) -> list[dict[str, Any]]:
+        reg, out = self._registry, []
+        for ev in batch:
+            rev = ev.kv.mod_revision
+            self.last_rv = max(self.last_rv, rev)
+            old = reg.decode(ev.prev, rev) if ev.prev is not None else None
+            old_match = old is not None and self._matcher.matches(old)
+            if ev.type == "DELETE":
+                if old is not None and old_match:
+                    out.append({"type": "DELETED", "object": old})
+                continue
+            new = reg.decode(ev.kv)
+            new_match = self._matcher.matches(new)
+            if ev.kv.create_revision == rev:
+                if new_match:
+                    out.append({"type": "ADDED", "object": new})
+            elif old is None:  # previous state unknown (compacted): assume it matched iff no selector
+                if new_match:
+                    out.append({"type": "MODIFIED" if self._matcher.match_all else "ADDED", "object": new})
+            elif new_match:
+                out.append({"type": "MODIFIED" if old_match else "ADDED", "object": new})
+            elif old_match:
+                out.append({"type": "DELETED", "object": old})
+        return out
+
+    def bookmark(self) -> dict[str, Any] | None:
+        """A BOOKMARK event with the newest safe resourceVersion, if bookmarks were asked for.
+
+        Also asks the backend for a progress notification, which lets later
+        bookmarks advance past changes that did not match this watch.
+        """
+        if not self._allow_bookmarks or self._ended:
+            return None
+        self._watch.request_progress()
+        return {"type": "BOOKMARK", "object": {
+            "kind": self.rt.kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.last_rv)}}}
+
+    def close(self) -> None:
+        """Stop the watch; idempotent."""
+        self._ended = True
+        self._watch.close()
+        self._registry._forget(self)

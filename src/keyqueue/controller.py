@@ -1,0 +1,596 @@
+"""A controller loop: a reconcile function plus a queue becomes a correct worker pool (controller-runtime's loop).
+
+:class:`Controller` (threads; :class:`keyqueue.aio.Controller` for asyncio) takes keys from a rate-limiting queue
+(by default a :class:`~keyqueue.PriorityQueue` named after the controller) with ``workers`` threads and calls
+``reconcile(key)`` for each. The queue's processing set guarantees that one key is never reconciled by two workers
+at once. What the reconcile function does decides what happens to the key next:
+
+=====================================================  ==========================================================
+reconcile ...                                          queue action
+=====================================================  ==========================================================
+returns ``None`` or ``Result()``                       ``forget(key)`` (its backoff starts over)
+returns ``Result(requeue_after=d)`` with ``d > 0``     ``forget(key)``, then ``add_after(key, d)`` (at the key's
+                                                       priority, or ``Result.priority``, on a priority queue)
+raises :class:`TerminalError` (or an exception whose   nothing: no requeue, **no** ``forget`` (the failure count
+``__cause__`` chain holds one)                         stays)
+raises anything else                                   ``add_rate_limited(key)`` (at the key's priority on a
+                                                       priority queue); the error is logged with key and attempt
+=====================================================  ==========================================================
+
+``done(key)`` always follows. No exception ends a worker. An exception that is not a :class:`ReconcileError` is
+"unexpected" (a bug, Go's panic): it is logged with its traceback and also counted in
+``controller_runtime_reconcile_panics_total``. The backoff of a key is therefore reset only by a success or a
+``requeue_after``.
+
+Stopping: :meth:`Controller.stop` (or leaving the ``with`` block, or SIGINT/SIGTERM during :meth:`Controller.run`)
+stops handing keys to reconcile, lets the reconciles in flight finish (bounded by a timeout) and then either drops
+the backlog (default, as controller-runtime does with its priority queue) or, with ``drain=True``, reconciles every
+key still queued first (as controller-runtime does with the client-go queue). The queue is shut down by ``stop``.
+
+Metrics: give ``registry=`` (a ``prometheus_client.CollectorRegistry``) to export controller-runtime's controller
+metrics under its names, labelled ``controller``: ``controller_runtime_reconcile_total{result}``,
+``controller_runtime_reconcile_errors_total``, ``controller_runtime_terminal_reconcile_errors_total``,
+``controller_runtime_reconcile_panics_total``, ``controller_runtime_reconcile_time_seconds`` (its buckets),
+``controller_runtime_active_workers`` and ``controller_runtime_max_concurrent_reconciles``; all start at 0 when the
+controller starts. Without a registry nothing is recorded. The queue's own metrics are the queue's business
+(``metrics_provider=``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+from keyqueue._core import check_timeout
+from keyqueue._priority_core import check_priority
+from keyqueue.clock import Clock
+from keyqueue.errors import ShutDown
+from keyqueue.priority import PriorityAdds, PriorityQueue
+from keyqueue.ratelimit import default_controller_rate_limiter
+from keyqueue.threaded import RateLimitingQueue
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = [
+    "RECONCILE_TIME_BUCKETS",
+    "Controller",
+    "ControllerMetrics",
+    "ReconcileError",
+    "Result",
+    "TerminalError",
+    "is_terminal",
+]
+
+T = TypeVar("T", bound=Hashable)
+
+#: ``controller_runtime_reconcile_time_seconds`` bucket bounds (controller-runtime's).
+RECONCILE_TIME_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.01, 0.025, 0.05,
+    0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5,
+    0.6, 0.7, 0.8, 0.9, 1.0,
+    1.25, 1.5, 1.75, 2.0,
+    2.5, 3.0, 3.5, 4.0, 4.5, 5.0,
+    6.0, 7.0, 8.0, 9.0, 10.0,
+    15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+)  # fmt: skip
+
+_RESULTS: Final = ("error", "requeue_after", "requeue", "success")
+
+
+class ReconcileError(Exception):
+    """An expected reconcile failure (Go's returned ``error``): the key is requeued with backoff and the error is
+    logged without a traceback. Any other exception is treated the same way but counted as a panic and logged
+    with its traceback."""
+
+
+class TerminalError(ReconcileError):
+    """A failure that retrying cannot fix: the key is **not** requeued and its backoff is **not** reset.
+
+    ``raise TerminalError("bad spec")``, or wrap another error: ``raise TerminalError(...) from exc``, or raise
+    any exception ``from`` a :class:`TerminalError` (see :func:`is_terminal`).
+    """
+
+
+def is_terminal(exc: BaseException) -> bool:
+    """True if ``exc`` or an exception in its explicit ``__cause__`` chain (``raise X from Y``) is a
+    :class:`TerminalError` (Go's ``errors.Is(err, TerminalError(nil))``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, TerminalError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a reconcile asks for. ``Result()`` (or returning ``None``) is a success.
+
+    ``requeue_after``: seconds (> 0) after which the key is reconciled again (its backoff is reset first);
+    0 means no requeue. ``priority``: on a priority queue, the priority of that requeue (default: the priority the
+    key was handed out at). Raises ``TypeError``/``ValueError`` for a non-number, negative or NaN delay or a
+    non-int priority.
+    """
+
+    requeue_after: float = 0.0
+    priority: int | None = None
+
+    def __post_init__(self) -> None:
+        d = self.requeue_after
+        if not isinstance(d, (int, float)) or isinstance(d, bool):
+            raise TypeError(f"requeue_after must be a number of seconds, got {type(d).__name__}: {d!r:.80}")
+        if not d >= 0:
+            raise ValueError(f"requeue_after must be >= 0 seconds, got {d!r}")
+        if self.priority is not None:
+            check_priority(self.priority)
+
+
+# -- metrics ------------------------------------------------------------------------------------------------------
+
+
+class ControllerMetrics:
+    """controller-runtime's controller metrics for one controller name, counted in plain ints under a lock and
+    exported by a collector registered once per ``prometheus_client`` registry. Thread-safe."""
+
+    __slots__ = (
+        "_lock",
+        "active_workers",
+        "errors",
+        "max_concurrent",
+        "name",
+        "panics",
+        "terminal_errors",
+        "time_buckets",
+        "time_count",
+        "time_sum",
+        "totals",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self.totals = dict.fromkeys(_RESULTS, 0)
+        self.errors = 0
+        self.terminal_errors = 0
+        self.panics = 0
+        self.time_buckets = [0] * len(RECONCILE_TIME_BUCKETS)  # per bucket, not cumulative
+        self.time_count = 0
+        self.time_sum = 0.0
+        self.active_workers = 0
+        self.max_concurrent = 0
+
+    def started(self, workers: int) -> None:
+        with self._lock:
+            self.max_concurrent = workers
+
+    def worker_active(self, delta: int) -> None:
+        with self._lock:
+            self.active_workers += delta
+
+    def reconciled(self, result: str, seconds: float, error: bool, terminal: bool, panic: bool) -> None:
+        with self._lock:
+            self.totals[result] += 1
+            if error:
+                self.errors += 1
+            if terminal:
+                self.terminal_errors += 1
+            if panic:
+                self.panics += 1
+            self.time_count += 1
+            self.time_sum += seconds
+            for i, bound in enumerate(RECONCILE_TIME_BUCKETS):
+                if seconds <= bound:
+                    self.time_buckets[i] += 1
+                    break
+
+    def read(self) -> dict[str, Any]:
+        """A consistent copy of every value (histogram buckets cumulative, as exported)."""
+        with self._lock:
+            cumulative: list[int] = []
+            running = 0
+            for n in self.time_buckets:
+                running += n
+                cumulative.append(running)
+            return {
+                "totals": dict(self.totals),
+                "errors": self.errors,
+                "terminal_errors": self.terminal_errors,
+                "panics": self.panics,
+                "time_buckets": cumulative,
+                "time_count": self.time_count,
+                "time_sum": self.time_sum,
+                "active_workers": self.active_workers,
+                "max_concurrent": self.max_concurrent,
+            }
+
+
+class _Collector:
+    """The ``prometheus_client`` collector of every controller registered in one registry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, ControllerMetrics] = {}
+
+    def metrics_for(self, name: str) -> ControllerMetrics:
+        # Controllers with the same name in one registry share one set of series (counters add up).
+        with self._lock:
+            m = self._by_name.get(name)
+            if m is None:
+                m = self._by_name[name] = ControllerMetrics(name)
+            return m
+
+    def describe(self) -> list[Any]:
+        return []  # unchecked collector: the registry does not validate names up front
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        with self._lock:
+            controllers = list(self._by_name.values())
+        total = CounterMetricFamily(
+            "controller_runtime_reconcile", "Total number of reconciliations per controller",
+            labels=["controller", "result"],
+        )
+        errors = CounterMetricFamily(
+            "controller_runtime_reconcile_errors", "Total number of reconciliation errors per controller",
+            labels=["controller"],
+        )
+        terminal = CounterMetricFamily(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller", labels=["controller"],
+        )
+        panics = CounterMetricFamily(
+            "controller_runtime_reconcile_panics", "Total number of reconciliation panics per controller",
+            labels=["controller"],
+        )
+        hist = HistogramMetricFamily(
+            "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller",
+            labels=["controller"],
+        )
+        active = GaugeMetricFamily(
+            "controller_runtime_active_workers", "Number of currently used workers per controller",
+            labels=["controller"],
+        )
+        maxc = GaugeMetricFamily(
+            "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller",
+            labels=["controller"],
+        )
+        for m in controllers:
+            v = m.read()
+            for result, n in v["totals"].items():
+                total.add_metric([m.name, result], n)
+            errors.add_metric([m.name], v["errors"])
+            terminal.add_metric([m.name], v["terminal_errors"])
+            panics.add_metric([m.name], v["panics"])
+            buckets = [(repr(b), c) for b, c in zip(RECONCILE_TIME_BUCKETS, v["time_buckets"], strict=True)]
+            buckets.append(("+Inf", v["time_count"]))
+            hist.add_metric([m.name], buckets, v["time_sum"])
+            active.add_metric([m.name], v["active_workers"])
+            maxc.add_metric([m.name], v["max_concurrent"])
+        yield from (total, errors, terminal, panics, hist, active, maxc)
+
+
+_collectors_lock = threading.Lock()
+_collectors: weakref.WeakKeyDictionary[Any, _Collector] = weakref.WeakKeyDictionary()
+
+
+def metrics_for(registry: Any, name: str) -> ControllerMetrics:
+    """The :class:`ControllerMetrics` of controller ``name`` in ``registry`` (registering the collector on first
+    use of that registry). Needs ``prometheus_client`` (the ``metrics`` extra)."""
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = _collectors[registry] = _Collector()
+            registry.register(collector)
+    return collector.metrics_for(name)
+
+
+# -- the loop shared by both shells -------------------------------------------------------------------------------
+
+
+class ControllerBase(Generic[T]):
+    """What the threading and asyncio controllers share: the outcome table and the metrics. Not public."""
+
+    _queue: Any
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        workers: int,
+        drain: bool,
+        stop_timeout: float | None,
+        registry: Any,
+        logger: logging.Logger | None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {type(name).__name__}: {name!r:.80}")
+        if not isinstance(workers, int) or isinstance(workers, bool):
+            raise TypeError(f"workers must be an int, got {type(workers).__name__}: {workers!r:.80}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        self.name = name
+        self.workers = workers
+        self.drain = bool(drain)
+        self.stop_timeout = check_timeout(stop_timeout)
+        if logger is None:
+            import logging
+
+            logger = logging.getLogger("keyqueue.controller")
+        self.log = logger
+        self.metrics: ControllerMetrics | None = metrics_for(registry, name) if registry is not None else None
+        self._priority = isinstance(self._queue, PriorityAdds)
+
+    def _settle(self, key: T, priority: int, result: object, exc: BaseException | None, elapsed_ns: int) -> None:
+        """Apply one reconcile's outcome to the queue (everything but ``done``) and record it. Never raises."""
+        q = self._queue
+        m = self.metrics
+        try:
+            if exc is None and not (result is None or isinstance(result, Result)):
+                exc = TypeError(f"reconcile must return None or a Result, got {type(result).__name__}: {result!r:.80}")
+            if exc is not None:
+                terminal = is_terminal(exc)
+                panic = not terminal and not isinstance(exc, ReconcileError)
+                if m is not None:
+                    m.reconciled("error", elapsed_ns / 1e9, True, terminal, panic)
+                if terminal:
+                    self.log.error(
+                        "controller %s: reconcile of %r failed with a terminal error (not requeued): %s",
+                        self.name, key, exc,
+                    )
+                    return
+                if self._priority:
+                    q.add_rate_limited(key, priority=priority)
+                else:
+                    q.add_rate_limited(key)
+                self.log.error(
+                    "controller %s: reconcile of %r failed (attempt %d), requeued with backoff: %s",
+                    self.name, key, q.num_requeues(key), exc, exc_info=exc if panic else None,
+                )
+                return
+            assert result is None or isinstance(result, Result)
+            q.forget(key)
+            if result is not None and result.requeue_after > 0:
+                if self._priority:
+                    p = result.priority if result.priority is not None else priority
+                    q.add_after(key, result.requeue_after, priority=p)
+                else:
+                    q.add_after(key, result.requeue_after)
+                outcome = "requeue_after"
+            else:
+                outcome = "success"
+            if m is not None:
+                m.reconciled(outcome, elapsed_ns / 1e9, False, False, False)
+        except Exception:
+            # A failing limiter or logging handler must not end the worker either.
+            self.log.exception("controller %s: handling the outcome of %r failed", self.name, key)
+
+
+class Controller(ControllerBase[T]):
+    """``workers`` threads reconciling keys from a rate-limiting queue (see the module docstring).
+
+    * ``reconcile(key) -> None | Result`` — called for one key at a time per key; raise to fail.
+    * ``queue`` — a :class:`~keyqueue.RateLimitingQueue` or :class:`~keyqueue.PriorityQueue`; default: a
+      :class:`~keyqueue.PriorityQueue` (``use_priority_queue=True``, controller-runtime's default) or a
+      :class:`~keyqueue.RateLimitingQueue` with client-go's default limiter, named ``name`` and built with
+      ``clock`` and ``metrics_provider``. The controller shuts the queue down when it stops.
+    * ``name`` — the controller's name (metrics label, queue name); default: ``reconcile.__name__``.
+    * ``drain`` — at stop, reconcile the keys still queued (True) or drop them (False, default).
+    * ``stop_timeout`` — how long :meth:`run` and leaving the ``with`` block wait for the reconciles in flight
+      when stopping (seconds, default 30 as controller-runtime's manager; ``None``: forever).
+    * ``registry`` — a ``prometheus_client.CollectorRegistry`` for the controller metrics; ``logger`` — a
+      :class:`logging.Logger` (default ``keyqueue.controller``).
+
+    Use ``with Controller(fn) as c:`` (start, then stop on exit), ``c.start()`` ... ``c.stop()``, or ``c.run()``.
+    Raises ``TypeError``/``ValueError`` for bad arguments.
+    """
+
+    def __init__(
+        self,
+        reconcile: Callable[[T], Result | None],
+        queue: RateLimitingQueue[T] | None = None,
+        *,
+        name: str | None = None,
+        workers: int = 1,
+        drain: bool = False,
+        stop_timeout: float | None = 30.0,
+        use_priority_queue: bool = True,
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        registry: Any = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not callable(reconcile):
+            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
+        if name is None:
+            name = getattr(reconcile, "__name__", "") or "controller"
+        if queue is None:
+            if use_priority_queue:
+                queue = PriorityQueue(name=name, clock=clock, metrics_provider=metrics_provider)
+            else:
+                queue = RateLimitingQueue(
+                    default_controller_rate_limiter(clock=clock),
+                    name=name, clock=clock, metrics_provider=metrics_provider,
+                )
+        elif not isinstance(queue, RateLimitingQueue):
+            raise TypeError(
+                "queue must be a keyqueue.RateLimitingQueue or keyqueue.PriorityQueue, got "
+                f"{type(queue).__name__}: {queue!r:.80}"
+            )
+        self._queue = queue
+        super().__init__(
+            name=name, workers=workers, drain=drain, stop_timeout=stop_timeout, registry=registry, logger=logger
+        )
+        self._reconcile = reconcile
+        self._state = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        self._stop_requested = False
+        self._dropping = False  # workers take no more keys (drop mode, or a drain that timed out)
+        self._alive = 0
+        self._wake = threading.Event()  # set when a stop is requested or the last worker has exited
+
+    @property
+    def queue(self) -> RateLimitingQueue[T]:
+        """The queue the workers take keys from (add keys to it)."""
+        return self._queue  # type: ignore[no-any-return]
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads and return. Raises ``RuntimeError`` if the controller was started before."""
+        with self._state:
+            if self._started:
+                raise RuntimeError(f"controller {self.name!r} was already started")
+            self._started = True
+            if self.metrics is not None:
+                self.metrics.started(self.workers)
+            for i in range(self.workers):
+                t = threading.Thread(target=self._worker, name=f"{self.name}-worker-{i}", daemon=True)
+                self._threads.append(t)
+            self._alive = self.workers
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float | None = 30.0) -> bool:
+        """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
+        seconds; ``None``: forever).
+
+        With ``drain=True`` the workers first reconcile every key still queued (within the same timeout); otherwise
+        the backlog is dropped. Requeues made while stopping are dropped (the queue is shut down). Returns ``True``
+        if every worker has exited, ``False`` if the timeout passed first (a worker still inside ``reconcile``
+        cannot be interrupted; it exits when that call returns, and takes no further key). Idempotent; callable
+        from any thread, and before :meth:`start` (it then only shuts the queue down).
+        """
+        t = check_timeout(timeout)
+        deadline = None if t is None else time.monotonic() + t
+        with self._state:
+            self._stop_requested = True
+            if not self.drain:
+                self._dropping = True
+            threads = list(self._threads)
+        self._wake.set()
+        self._queue.shut_down()
+        for th in threads:
+            if th is threading.current_thread():
+                continue  # stop() called from inside a reconcile: that worker exits when it returns
+            th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        ok = not any(th.is_alive() and th is not threading.current_thread() for th in threads)
+        if not ok:
+            with self._state:
+                self._dropping = True
+        return ok
+
+    def run(self, *, handle_signals: bool = True) -> bool:
+        """Start (unless started), block until :meth:`stop` is called, the queue is shut down and empty, or —
+        with ``handle_signals`` in the main thread — SIGINT/SIGTERM arrives; then stop (waiting at most
+        ``stop_timeout``) and return what :meth:`stop` returned. The previous signal handlers are restored."""
+        previous: dict[signal.Signals, Any] = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                self.log.info("controller %s: %s received, stopping", self.name, signal.Signals(signum).name)
+                self._request_stop()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, on_signal)
+        try:
+            with self._state:
+                started = self._started
+            if not started:
+                self.start()
+            self._wake.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.stop(self.stop_timeout)
+
+    def _request_stop(self) -> None:
+        # From a signal handler: set flags only (stop() itself runs in run()).
+        self._stop_requested = True
+        if not self.drain:
+            self._dropping = True
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stop_requested
+
+    def __enter__(self) -> Controller[T]:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop(self.stop_timeout)
+
+    # -- workers ------------------------------------------------------------------------------------------------
+
+    def _get(self) -> tuple[T, int]:
+        q = self._queue
+        if self._priority:
+            return q.get_with_priority()  # type: ignore[no-any-return]
+        return q.get(), 0
+
+    def _worker(self) -> None:
+        try:
+            while not self._dropping:
+                try:
+                    key, priority = self._get()
+                except ShutDown:
+                    return
+                if self._dropping:
+                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    return
+                self._process(key, priority)
+        finally:
+            with self._state:
+                self._alive -= 1
+                last = self._alive == 0
+            if last:
+                self._wake.set()
+
+    def process_next(self, timeout: float | None = None) -> bool:
+        """Take one key from the queue and reconcile it in the calling thread, exactly as a worker does. Returns
+        ``False`` if the queue is shut down and empty; raises ``TimeoutError`` if no key is ready within
+        ``timeout`` seconds (``None``: wait). For tests and hand-driven loops."""
+        q = self._queue
+        try:
+            if self._priority:
+                key, priority = q.get_with_priority(timeout)
+            else:
+                key, priority = q.get(timeout), 0
+        except ShutDown:
+            return False
+        self._process(key, priority)
+        return True
+
+    def _process(self, key: T, priority: int) -> None:
+        m = self.metrics
+        if m is not None:
+            m.worker_active(1)
+        t0 = time.perf_counter_ns()
+        try:
+            result: object = None
+            error: BaseException | None = None
+            try:
+                result = self._reconcile(key)
+            except BaseException as exc:  # a worker thread must survive anything reconcile raises
+                error = exc
+            self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
+            del error  # no reference cycle through the traceback
+        finally:
+            self._queue.done(key)
+            if m is not None:
+                m.worker_active(-1)

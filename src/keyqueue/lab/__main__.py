@@ -1,0 +1,70 @@
+"""``keyqueue-lab`` / ``python -m keyqueue.lab``: dispatch to a subcommand (``run`` when none is given)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from keyqueue.lab.commands import COMMANDS, DEFAULT_COMMAND, CommandUnavailable
+
+__all__ = ["main"]
+
+_PROG = "keyqueue-lab"
+
+
+def _top_help() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        f"usage: {_PROG} [COMMAND] [options]",
+        "",
+        "Make client-go's workqueue promises visible and measured: each key is processed by one worker at a",
+        "time, never lost, never duplicated.",
+        "",
+        "commands:",
+    ]
+    for name, command in COMMANDS.items():
+        default = " [default]" if name == DEFAULT_COMMAND else ""
+        lines.append(f"  {name:<{width}}  {command.summary}{default}")
+    lines += ["", f"'{_PROG} COMMAND --help' shows a command's options; with no command, '{DEFAULT_COMMAND}' runs."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the lab with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
+
+    The first argument names the subcommand; if it is missing or starts with ``-`` (other than ``-h``), ``run``
+    is used with all arguments. Unknown subcommand or bad options: status 2. A subcommand whose module is
+    missing: a message on stderr and status 2.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help", "help"):
+        print(_top_help())
+        return 0
+    if not args or args[0].startswith("-"):
+        name, rest = DEFAULT_COMMAND, args
+    else:
+        name, rest = args[0], args[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        print(f"{_PROG}: unknown command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        loaded = command.load()
+    except CommandUnavailable as exc:
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog=f"{_PROG} {name}", description=command.summary)
+    loaded.add_arguments(parser)
+    try:
+        namespace = parser.parse_args(rest)
+        return int(loaded.run(namespace))
+    except SystemExit as exc:  # argparse errors and --help; keep main() a function that returns
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    except KeyboardInterrupt:
+        print(f"{_PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

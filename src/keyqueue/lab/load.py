@@ -1,0 +1,244 @@
+"""``keyqueue-lab load``: a bounded load generator against the pipeline's ``POST /trigger/{name}``.
+
+``--concurrency`` threads, each with one keep-alive :class:`http.client.HTTPConnection` (``TCP_NODELAY`` set),
+send ``--requests`` POSTs in total to ``/trigger/obj-<i % keys>`` and time each round trip with
+``time.perf_counter_ns``. Only loopback URLs are accepted: this is a lab tool, not a way to load someone's server.
+
+The same load with standard tools (``wrk`` is in Debian; k6 works the same way)::
+
+    cat > trigger.lua <<'EOF'
+    wrk.method = "POST"
+    counter = 0
+    request = function()
+        counter = counter + 1
+        return wrk.format(nil, "/trigger/obj-" .. (counter % 20))
+    end
+    EOF
+    wrk -t2 -c10 -d10s -s trigger.lua --latency http://127.0.0.1:PORT
+
+``wrk`` runs for a duration rather than a request count, and its threads are not bounded by this tool's
+``--requests``; its ``--latency`` table gives the same percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import ipaddress
+import math
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from keyqueue.lab.common import add_json_argument, human_stream, write_json
+
+__all__ = ["LoadResult", "add_arguments", "check_loopback_url", "main", "percentile", "run", "run_load"]
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, by the nearest-rank method; NaN when empty."""
+    if not sorted_values:
+        return math.nan
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q!r}")
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return float(sorted_values[rank - 1])
+
+
+def check_loopback_url(url: str) -> tuple[str, int, str]:
+    """Split an ``http://`` URL into (host, port, path prefix); ``ValueError`` unless the host is loopback."""
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        raise ValueError(f"only http:// URLs are supported, got {url!r}")
+    host = parts.hostname or ""
+    if host != "localhost":
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                raise ValueError(f"refusing a non-loopback host {host!r}: the load generator only targets this machine")
+        except ValueError as exc:
+            if "refusing" in str(exc):
+                raise
+            raise ValueError(f"the host must be localhost or a loopback IP address, got {host!r}") from None
+    port = parts.port or 80
+    return host, port, parts.path.rstrip("/")
+
+
+@dataclass
+class LoadResult:
+    """What one load run measured. Latencies are client-side round trips in milliseconds."""
+
+    url: str
+    requests: int  #: requests completed (answered or failed)
+    errors: int  #: requests that failed (connection error or a non-2xx status)
+    concurrency: int
+    keys: int
+    elapsed_s: float
+    rps: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    mean_ms: float
+    statuses: dict[str, int] = field(default_factory=dict)
+    first_error: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return (
+            f"load: {self.requests} requests to {self.url}/trigger/obj-* ({self.keys} names), concurrency "
+            f"{self.concurrency}, {self.errors} errors, {self.rps:,.0f} req/s | round trip p50={self.p50_ms:.2f}ms "
+            f"p95={self.p95_ms:.2f}ms p99={self.p99_ms:.2f}ms max={self.max_ms:.2f}ms"
+        )
+
+
+def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.connect()
+    assert conn.sock is not None
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
+def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout: float = 10.0) -> LoadResult:
+    """Send ``requests`` POSTs to ``{url}/trigger/obj-<i % keys>`` from ``concurrency`` threads; block until done.
+
+    Raises ``ValueError`` for a non-loopback URL or non-positive counts. Connection errors do not raise: they are
+    counted in ``errors`` (the connection is re-opened for the next request).
+    """
+    for label, value in (("requests", requests), ("concurrency", concurrency), ("keys", keys)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{label} must be an int >= 1, got {type(value).__name__}: {value!r}")
+    host, port, prefix = check_loopback_url(url)
+    concurrency = min(concurrency, requests)
+    lock = threading.Lock()
+    next_index = 0
+    latencies: list[list[int]] = [[] for _ in range(concurrency)]
+    statuses: dict[str, int] = {}
+    errors = 0
+    first_error = ""
+
+    def take() -> int:
+        nonlocal next_index
+        with lock:
+            i = next_index
+            next_index += 1
+        return i
+
+    def fail(msg: str) -> None:
+        nonlocal errors, first_error
+        kind = msg.split(":")[0]
+        with lock:
+            errors += 1
+            statuses[kind] = statuses.get(kind, 0) + 1
+            if not first_error:
+                first_error = msg
+
+    start_gate = threading.Barrier(concurrency + 1)
+
+    def client(slot: int) -> None:
+        mine = latencies[slot]
+        conn: http.client.HTTPConnection | None = None
+        try:
+            conn = _connect(host, port, timeout)
+        except OSError as exc:
+            fail(f"connect: {exc}")
+        start_gate.wait()
+        while True:
+            i = take()
+            if i >= requests:
+                break
+            path = f"{prefix}/trigger/obj-{i % keys}"
+            t0 = time.perf_counter_ns()
+            try:
+                if conn is None:
+                    conn = _connect(host, port, timeout)
+                conn.request("POST", path, body=b"", headers={"Content-Length": "0"})
+                resp = conn.getresponse()
+                resp.read()
+                t1 = time.perf_counter_ns()
+            except (OSError, http.client.HTTPException) as exc:
+                fail(f"{type(exc).__name__}: {exc}")
+                if conn is not None:
+                    conn.close()
+                conn = None
+                continue
+            mine.append(t1 - t0)
+            if not 200 <= resp.status < 300:
+                fail(f"HTTP {resp.status}: {resp.reason}")
+            else:
+                with lock:
+                    statuses[str(resp.status)] = statuses.get(str(resp.status), 0) + 1
+            if resp.will_close:
+                conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"load-{i}", daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    start_gate.wait()
+    t_start = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t_start
+    all_ms = sorted(ns / 1e6 for lst in latencies for ns in lst)
+    done = min(next_index, requests)
+    return LoadResult(
+        url=url.rstrip("/"),
+        requests=done,
+        errors=errors,
+        concurrency=concurrency,
+        keys=keys,
+        elapsed_s=elapsed,
+        rps=done / elapsed if elapsed > 0 else math.nan,
+        p50_ms=percentile(all_ms, 50),
+        p95_ms=percentile(all_ms, 95),
+        p99_ms=percentile(all_ms, 99),
+        max_ms=all_ms[-1] if all_ms else math.nan,
+        mean_ms=sum(all_ms) / len(all_ms) if all_ms else math.nan,
+        statuses=statuses,
+        first_error=first_error,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True,
+                        help="the pipeline's base URL, e.g. http://127.0.0.1:8080 (loopback only)")
+    parser.add_argument("--requests", type=int, default=200, help="requests in total (default 200)")
+    parser.add_argument("--concurrency", type=int, default=10, help="concurrent keep-alive connections (default 10)")
+    parser.add_argument("--keys", type=int, default=20, help="distinct names obj-0..obj-K-1 (default 20)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="socket timeout per request in seconds")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit status 0 when every request succeeded, 1 if some failed, 2 for bad arguments."""
+    out = human_stream(args)
+    try:
+        result = run_load(args.url, args.requests, args.concurrency, args.keys, args.timeout)
+    except ValueError as exc:
+        print(f"load: {exc}", file=out)
+        return 2
+    print(result.line(), file=out)
+    if result.first_error:
+        print(f"load: first error: {result.first_error}", file=out)
+    write_json(args.json, result.summary())
+    return 0 if result.errors == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m keyqueue.lab.load", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

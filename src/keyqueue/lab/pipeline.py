@@ -1,0 +1,938 @@
+"""``keyqueue-lab pipeline``: HTTP trigger → API server → etcd → watch → informer → queue → worker, timed.
+
+``POST /trigger/{name}`` updates (or creates) ConfigMap ``default/{name}`` through the official ``kubernetes``
+client. The API server (the project's Kubernetes-API-compatible test server on etcd or in memory, started here,
+or a real cluster via ``--kubeconfig``) sends the change down the informer's watch; the informer's handler adds
+``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; ``--workers`` threads take keys and reconcile
+(read the object from the informer's cache, then a simulated piece of work).
+
+Every stage is timed inside this process with ``time.perf_counter_ns``:
+
+* **API write**: the client call of the trigger handler (request out, answer in);
+* **write done → informer handler**: from the moment the trigger handler has the API's answer to the moment the
+  informer calls the handler for the event with that resourceVersion. The watch event and the write's answer
+  travel separately, so the event can arrive first: such samples are negative and are counted;
+* **queue add / done**: the calls themselves; **enqueue → worker Get**: from the informer handler's ``add`` to a
+  worker's ``get`` returning that key (also split out for adds made while a worker was idle);
+* **reconcile**: the worker's work.
+
+Correctness is checked as well: per name, the resourceVersion of the last trigger against the resourceVersion a
+worker last saw when it reconciled (every name must be reconciled after its last trigger: ``lost`` = 0), and a
+same-key detector (:class:`keyqueue.lab.race.SameKeyDetector`, whose control run is ``keyqueue-lab race
+--control``) around every reconcile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any, Final, TextIO
+from urllib.parse import urlsplit
+
+from keyqueue._core import DEDUP, MARKED, QUEUED
+from keyqueue.controller import Controller
+from keyqueue.informer import Informer, meta_namespace_key
+from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
+from keyqueue.lab.load import LoadResult, percentile, run_load
+from keyqueue.lab.race import SameKeyDetector
+from keyqueue.threaded import RateLimitingQueue
+
+__all__ = [
+    "Pipeline",
+    "PipelineConfig",
+    "StageStats",
+    "TriggerError",
+    "Verification",
+    "add_arguments",
+    "microbench_queue",
+    "run",
+]
+
+_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_MAX_UNMATCHED: Final = 50_000  # bound on bookkeeping of write/event pairs that never meet (foreign writes)
+
+
+class TriggerError(Exception):
+    """A trigger could not be carried out; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class PipelineConfig:
+    """Options of a :class:`Pipeline` (the CLI flags)."""
+
+    port: int = 0  #: the trigger server's port on 127.0.0.1 (0 = a free port)
+    workers: int = 4
+    backend: str = "etcd"  #: "etcd" or "memory" (ignored with kubeconfig)
+    kubeconfig: str | None = None  #: use this cluster instead of starting the test API server
+    namespace: str = "default"
+    reconcile: float = 0.002  #: seconds of simulated work per reconcile (a GIL-releasing sleep)
+    log_lines: int = 10  #: per-event log lines printed per kind; -1 = all, 0 = none
+    stats_interval: float = 5.0  #: seconds between [STATS] lines while serving; 0 = only at the end
+    unsafe_no_fsync: bool = False  #: start etcd with --unsafe-no-fsync (faster, not durable)
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Percentiles of one stage, in seconds (NaN when there is no sample)."""
+
+    n: int
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    mean: float
+    negative: int = 0  #: samples below zero (write → event: the event arrived before the write's answer)
+
+    @classmethod
+    def of(cls, samples_ns: list[int]) -> StageStats:
+        values = sorted(samples_ns)
+        if not values:
+            return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+        secs = [v / 1e9 for v in values]
+        return cls(len(secs), percentile(secs, 50), percentile(secs, 95), percentile(secs, 99), secs[-1],
+                   sum(secs) / len(secs), sum(1 for v in values if v < 0))
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Did every triggered name get reconciled after its last trigger, and never by two workers at once?"""
+
+    names: int  #: distinct names triggered
+    triggers: int
+    reconciles: int
+    lost: int  #: names whose last reconcile saw an older resourceVersion than their last trigger wrote
+    lost_names: list[str]
+    violations: int  #: reconciles that started while another worker held the same key
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.violations == 0
+
+
+@dataclass
+class _Samples:
+    api: list[int] = field(default_factory=list)
+    handler: list[int] = field(default_factory=list)
+    write_to_event: list[int] = field(default_factory=list)
+    chunk_to_handler: list[int] = field(default_factory=list)
+    add: list[int] = field(default_factory=list)
+    enqueue_to_get: list[int] = field(default_factory=list)
+    enqueue_to_get_idle: list[int] = field(default_factory=list)
+    reconcile: list[int] = field(default_factory=list)
+
+
+def microbench_queue(cycles: int = 20_000) -> dict[str, float]:
+    """Median cost in seconds of ``add``, ``get``, ``done`` of one key on a fresh, uncontended queue (one thread),
+    measured now, in batches of 100 cycles, on a queue built like the pipeline's (``stats=True``)."""
+    q: RateLimitingQueue[str] = RateLimitingQueue(stats=True)
+    clock = time.perf_counter_ns
+    per: dict[str, list[float]] = {"add": [], "get": [], "done": [], "cycle": []}
+    batch = 100
+    for _ in range(max(1, cycles // batch)):
+        ta = tg = td = 0
+        for _ in range(batch):
+            t0 = clock()
+            q.add("default/obj")
+            t1 = clock()
+            key = q.get()
+            t2 = clock()
+            q.done(key)
+            t3 = clock()
+            ta += t1 - t0
+            tg += t2 - t1
+            td += t3 - t2
+        per["add"].append(ta / batch / 1e9)
+        per["get"].append(tg / batch / 1e9)
+        per["done"].append(td / batch / 1e9)
+        per["cycle"].append((ta + tg + td) / batch / 1e9)
+    return {k: percentile(sorted(v), 50) for k, v in per.items()}
+
+
+# -- the trigger HTTP server -------------------------------------------------------------------------------------
+
+
+class _TriggerHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _TriggerServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, code: int, obj: Any) -> None:
+        self._send(code, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def _drain_body(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 0:
+            self.rfile.read(length)
+
+    def do_POST(self) -> None:
+        self._drain_body()
+        path = urlsplit(self.path).path
+        if not path.startswith("/trigger/"):
+            self._send_json(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
+            return
+        try:
+            result = self.server.pipeline.trigger(path[len("/trigger/"):])
+        except TriggerError as exc:
+            self._send_json(exc.status, {"error": str(exc)})
+            return
+        self._send_json(200, result)
+
+    def do_GET(self) -> None:
+        self._drain_body()
+        path = urlsplit(self.path).path
+        pipeline = self.server.pipeline
+        if path == "/metrics":
+            text = pipeline.metrics_text()
+            if text is None:
+                self._send(501, b"prometheus_client is not installed\n", "text/plain")
+            else:
+                self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/stats":
+            self._send_json(200, pipeline.summary())
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain")
+        else:
+            self._send_json(404, {"error": f"no such endpoint: GET {path}"})
+
+
+class _TriggerServer(ThreadingHTTPServer):
+    """One thread per connection (keep-alive); tracks connections so that :meth:`close_all` can end them."""
+
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 128  # the default listen backlog of 5 drops SYNs of a burst of connects: 1 s retries
+
+    def __init__(self, address: tuple[str, int], pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self._conn_lock = threading.Lock()
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._closing = False
+        super().__init__(address, _TriggerHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._serve, args=(request, client_address), name="trigger-conn",
+                                  daemon=True)
+        with self._conn_lock:
+            if self._closing:
+                self.shutdown_request(request)
+                return
+            self._conns[request] = thread
+        thread.start()
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+            with self._conn_lock:
+                self._conns.pop(request, None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return
+
+    def close_all(self, timeout: float) -> None:
+        with self._conn_lock:
+            self._closing = True
+            items = list(self._conns.items())
+        for sock, _ in items:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for _, thread in items:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- the pipeline ------------------------------------------------------------------------------------------------
+
+
+class _TimedQueue(RateLimitingQueue[str]):
+    """The pipeline's queue: notes (per thread) when ``get`` returned and times each ``done`` call.
+
+    The controller's workers call ``get`` and ``done``; the reconcile function runs in between, in the same thread,
+    and reads the stamp. Two ``perf_counter_ns`` calls are all this adds.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.local = threading.local()
+        self.done_ns: list[int] = []  # list.append is atomic: no lock needed
+
+    def get(self, timeout: float | None = None) -> str:
+        key = super().get(timeout)
+        self.local.t_get = time.perf_counter_ns()
+        return key
+
+    def done(self, item: str) -> bool:
+        t0 = time.perf_counter_ns()
+        requeued = super().done(item)
+        self.done_ns.append(time.perf_counter_ns() - t0)
+        return requeued
+
+
+
+class Pipeline:
+    """The whole mode-2 path in one object. :meth:`start` it (or ``with Pipeline(cfg) as p:``), send triggers
+    (HTTP ``POST {url}/trigger/{name}`` or :meth:`trigger`), then :meth:`wait_reconciled`, :meth:`verify`,
+    :meth:`report`, and :meth:`stop`.
+
+    ``reconcile``: replaces the simulated work; called as ``reconcile(key, obj_or_None)`` in a worker thread
+    (an exception counts as a failure: the key is re-added rate-limited). ``out``: where log lines go.
+    """
+
+    def __init__(
+        self,
+        config: PipelineConfig | None = None,
+        *,
+        reconcile: Callable[[str, dict[str, Any] | None], None] | None = None,
+        out: TextIO | None = None,
+    ) -> None:
+        self.config = cfg = config if config is not None else PipelineConfig()
+        if not isinstance(cfg.workers, int) or cfg.workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {cfg.workers!r}")
+        if cfg.backend not in ("etcd", "memory"):
+            raise ValueError(f"backend must be 'etcd' or 'memory', got {cfg.backend!r}")
+        if not cfg.reconcile >= 0:
+            raise ValueError(f"reconcile must be >= 0 seconds, got {cfg.reconcile!r}")
+        self._reconcile_hook = reconcile
+        self.out = out if out is not None else sys.stdout
+        self._out_lock = threading.Lock()
+        self._lock = threading.Lock()  # all bookkeeping below
+        self._cond = threading.Condition(self._lock)  # notified after every reconcile
+        self._samples = _Samples()
+        self._write_done: dict[tuple[str, int], int] = {}  # (key, rv) → ns the write's answer came (no event yet)
+        self._event_seen: dict[tuple[str, int], int] = {}  # (key, rv) → ns the handler ran (no write answer yet)
+        self._pending_get: dict[str, tuple[int, bool]] = {}  # key → (ns of the add that queued it, a worker idle)
+        self._last_trigger_rv: dict[str, int] = {}
+        self._reconciled_rv: dict[str, int] = {}
+        self._active = 0  # reconciles running now (workers - active = workers waiting in get)
+        self._worker_ids: dict[str, int] = {}
+        self._trigger_seq = 0
+        self._triggers = 0
+        self._trigger_errors = 0
+        self._reconcile_seq = 0
+        self._reconciles = 0
+        self._reconcile_failures = 0
+        self._events = 0
+        self._log_counts: dict[str, int] = {}
+        self.detector = SameKeyDetector()
+        self._apiserver: Any = None
+        self._clients: list[Any] = []
+        self._api: Any = None
+        self.informer: Informer | None = None
+        self.queue: _TimedQueue | None = None
+        self.controller: Controller[str] | None = None
+        self._metrics: Any = None
+        self._httpd: _TriggerServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self._stats_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.api_url = ""
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> Pipeline:
+        """Start the API server (unless a kubeconfig was given), queue, informer (waits for its first sync, up to
+        30 s), workers and the trigger server. On failure everything started is stopped and the error re-raised."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _client_configuration(self) -> Any:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+
+        cfg = self.config
+        if cfg.kubeconfig:
+            conf = client.Configuration()
+            load: Any = kube_config.load_kube_config
+            load(config_file=cfg.kubeconfig, client_configuration=conf)
+        else:
+            conf = self._apiserver.configuration()
+        conf.connection_pool_maxsize = 64  # one keep-alive connection per trigger thread, never discarded
+        return conf
+
+    def _start(self) -> None:
+        from kubernetes import client
+
+        cfg = self.config
+        if not cfg.kubeconfig:
+            from keyqueue.apiserver import TestAPIServer
+
+            backend: Any = cfg.backend  # checked in __init__
+            self._apiserver = TestAPIServer(backend, unsafe_no_fsync=cfg.unsafe_no_fsync).start()
+        writer = client.ApiClient(self._client_configuration())
+        watcher = client.ApiClient(self._client_configuration())
+        self._clients = [writer, watcher]
+        self.api_url = writer.configuration.host
+        self._api = client.CoreV1Api(writer)
+
+        provider = registry = None
+        try:
+            from prometheus_client import CollectorRegistry
+
+            from keyqueue.metrics import PrometheusMetricsProvider
+
+            registry = CollectorRegistry()
+            provider = PrometheusMetricsProvider(registry)
+            self._metrics = provider
+        except ImportError:
+            self._metrics = None
+        self.queue = _TimedQueue(name="pipeline", stats=True, metrics_provider=provider)
+        self.controller = Controller(self._reconcile, self.queue, name="pipeline", workers=cfg.workers,
+                                     registry=registry, stop_timeout=10.0)
+
+        self.informer = Informer.for_config_maps(watcher, cfg.namespace, name=f"pipeline configmaps/{cfg.namespace}")
+        self.informer.add_event_handler(on_add=self._on_add, on_update=self._on_update, on_delete=self._on_delete)
+        self.informer.start()
+        if not self.informer.wait_for_cache_sync(30):
+            raise RuntimeError("the informer did not sync within 30 s")
+
+        self.controller.start()
+
+        self._httpd = _TriggerServer(("127.0.0.1", cfg.port), self)
+        self._http_thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                             name="trigger-server", daemon=True)
+        self._http_thread.start()
+        if cfg.stats_interval > 0:
+            self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
+            self._stats_thread.start()
+
+    @property
+    def url(self) -> str:
+        """The trigger server's base URL (``http://127.0.0.1:PORT``)."""
+        if self._httpd is None:
+            raise RuntimeError("pipeline not started")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def apiserver(self) -> Any:
+        """The :class:`~keyqueue.apiserver.TestAPIServer` this pipeline started (``None`` with a kubeconfig)."""
+        return self._apiserver
+
+    def stop(self) -> None:
+        """Stop the trigger server, the informer, the queue (workers finish their key and exit), the API server.
+        Idempotent; joins every thread it started."""
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd.close_all(5.0)
+        if self._http_thread is not None:
+            self._http_thread.join(5.0)
+        if self.informer is not None:
+            self.informer.stop()
+        if self.controller is not None:
+            self.controller.stop(10.0)  # shuts the queue down; reconciles in flight finish
+        elif self.queue is not None:
+            self.queue.shut_down()
+        if self._stats_thread is not None:
+            self._stats_thread.join(5.0)
+        if self._metrics is not None:
+            self._metrics.unregister()
+        for c in self._clients:
+            with contextlib.suppress(Exception):
+                c.close()
+        self._clients = []
+        if self._apiserver is not None:
+            self._apiserver.stop()
+
+    def __enter__(self) -> Pipeline:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- logging ---------------------------------------------------------------------------------------------
+
+    def _log(self, kind: str, line: str) -> None:
+        limit = self.config.log_lines
+        if limit == 0:
+            return
+        with self._lock:
+            n = self._log_counts.get(kind, 0) + 1
+            self._log_counts[kind] = n
+        if limit < 0 or n <= limit:
+            self._print(line)
+        elif n == limit + 1:
+            self._print(f"{kind} ... (further {kind} lines suppressed; --log-lines -1 shows all)")
+
+    def _print(self, line: str) -> None:
+        with self._out_lock:
+            print(line, file=self.out, flush=True)
+
+    # -- trigger ---------------------------------------------------------------------------------------------
+
+    def trigger(self, name: str) -> dict[str, Any]:
+        """Update ConfigMap ``{namespace}/{name}`` (create it if missing) with a new ``trigger-seq`` value.
+
+        Returns the JSON answer of ``POST /trigger/{name}``. Raises :class:`TriggerError` (400 for a bad name,
+        502 when the API server refused or failed). Thread-safe.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        t_start = time.perf_counter_ns()
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise TriggerError(400, f"not a valid ConfigMap name: {name!r}")
+        if self._api is None or self.informer is None:
+            raise TriggerError(503, "pipeline not started")
+        ns = self.config.namespace
+        key = f"{ns}/{name}"
+        with self._lock:
+            self._trigger_seq += 1
+            seq = self._trigger_seq
+        data = {"trigger-seq": str(seq)}
+        exists = self.informer.store.get_by_key(key) is not None
+        t_api = time.perf_counter_ns()
+        try:
+            try:
+                if exists:
+                    action, resp = "updated", self._patch(name, data)
+                else:
+                    action, resp = "created", self._create(name, data)
+            except ApiException as exc:
+                if exc.status == 404 and exists:  # deleted meanwhile
+                    action, resp = "created", self._create(name, data)
+                elif exc.status == 409 and not exists:  # created meanwhile (another trigger or client)
+                    action, resp = "updated", self._patch(name, data)
+                else:
+                    raise
+            raw = resp.data
+            t_done = time.perf_counter_ns()
+            resp.release_conn()
+        except ApiException as exc:
+            with self._lock:
+                self._trigger_errors += 1
+            raise TriggerError(502, f"API server answered {exc.status} {exc.reason}") from exc
+        except Exception as exc:
+            with self._lock:
+                self._trigger_errors += 1
+            raise TriggerError(502, f"API request failed: {type(exc).__name__}: {exc}") from exc
+        obj = json.loads(raw)
+        rv = int(obj["metadata"]["resourceVersion"])
+        api_ns = t_done - t_api
+        event_first = None
+        with self._lock:
+            self._triggers += 1
+            if rv > self._last_trigger_rv.get(key, 0):
+                self._last_trigger_rv[key] = rv
+            self._samples.api.append(api_ns)
+            seen = self._event_seen.pop((key, rv), None)
+            if seen is None:
+                if len(self._write_done) >= _MAX_UNMATCHED:
+                    self._write_done.clear()
+                self._write_done[(key, rv)] = t_done
+            else:
+                event_first = seen - t_done
+                self._samples.write_to_event.append(event_first)
+        t_end = time.perf_counter_ns()
+        with self._lock:
+            self._samples.handler.append(t_end - t_start)
+        self._log("[TRIGGER]", f"[TRIGGER] POST /trigger/{name} action={action} rv={rv} "
+                               f"took={format_duration(api_ns / 1e9)}")
+        return {"name": name, "key": key, "action": action, "resourceVersion": str(rv), "seq": seq,
+                "api_ms": api_ns / 1e6, "took_ms": (t_end - t_start) / 1e6}
+
+    def _patch(self, name: str, data: dict[str, str]) -> Any:
+        assert self._api is not None
+        return self._api.patch_namespaced_config_map(name, self.config.namespace, {"data": data},
+                                                     _preload_content=False)
+
+    def _create(self, name: str, data: dict[str, str]) -> Any:
+        assert self._api is not None
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+        return self._api.create_namespaced_config_map(self.config.namespace, body, _preload_content=False)
+
+    # -- informer handlers (informer thread) -----------------------------------------------------------------
+
+    def _on_add(self, obj: dict[str, Any]) -> None:
+        self._enqueue(obj, "ADDED", time.perf_counter_ns())
+
+    def _on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self._enqueue(new, "MODIFIED" if old is not new else "RESYNC", time.perf_counter_ns())
+
+    def _on_delete(self, obj: Any) -> None:
+        self._enqueue(None, "DELETED", time.perf_counter_ns(), key=meta_namespace_key(obj))
+
+    def _enqueue(self, obj: dict[str, Any] | None, kind: str, t_handler: int, key: str = "") -> None:
+        queue, informer = self.queue, self.informer
+        assert queue is not None and informer is not None
+        received = informer.event_received_ns
+        if obj is not None:
+            key = meta_namespace_key(obj)
+            rv = int(obj["metadata"].get("resourceVersion") or 0)
+        else:
+            rv = 0
+        delta: int | None = None
+        with self._lock:
+            self._events += 1
+            if received and kind in ("ADDED", "MODIFIED"):
+                self._samples.chunk_to_handler.append(t_handler - received)
+                written = self._write_done.pop((key, rv), None)
+                if written is None:
+                    if len(self._event_seen) >= _MAX_UNMATCHED:
+                        self._event_seen.clear()
+                    self._event_seen[(key, rv)] = t_handler
+                else:
+                    delta = t_handler - written
+                    self._samples.write_to_event.append(delta)
+            mine = key not in self._pending_get
+            if mine:
+                self._pending_get[key] = (t_handler, self._active < self.config.workers)
+        t_add = time.perf_counter_ns()
+        result = queue.add(key)
+        t_added = time.perf_counter_ns()
+        with self._lock:
+            self._samples.add.append(t_added - t_add)
+            if result != QUEUED and mine:
+                self._pending_get.pop(key, None)
+        if delta is not None:
+            when = f"{format_duration(delta / 1e9)} after the write"
+        else:
+            when = "(no matching /trigger write yet)" if kind in ("ADDED", "MODIFIED") and received else ""
+        self._log("[ENQUEUE]", f"[ENQUEUE] key={key} (informer: {kind}) {when}".rstrip())
+        if result == MARKED:
+            self._log("[REQUEUE-WHILE-PROCESSING]", f"[REQUEUE-WHILE-PROCESSING] key={key} a worker holds this key "
+                                                    "— marked, redelivered once at Done()")
+        elif result == DEDUP:
+            self._log("[DEDUP]", f"[DEDUP] key={key} already waiting or marked — Add is a no-op")
+
+    # -- workers ---------------------------------------------------------------------------------------------
+
+    def _worker_id(self) -> int:
+        name = threading.current_thread().name
+        with self._lock:
+            wid = self._worker_ids.get(name)
+            if wid is None:
+                wid = self._worker_ids[name] = len(self._worker_ids) + 1
+        return wid
+
+    def _reconcile(self, key: str) -> None:
+        """The controller's reconcile function (a worker thread): read the cache, do the (simulated) work."""
+        queue, informer = self.queue, self.informer
+        assert queue is not None and informer is not None
+        clock = time.perf_counter_ns
+        t_get = getattr(queue.local, "t_get", 0) or clock()
+        wid = self._worker_id()
+        with self._lock:
+            self._active += 1
+            self._reconcile_seq += 1
+            seq = self._reconcile_seq
+            pending = self._pending_get.pop(key, None)
+            if pending is not None:
+                waited = t_get - pending[0]
+                self._samples.enqueue_to_get.append(waited)
+                if pending[1]:
+                    self._samples.enqueue_to_get_idle.append(waited)
+        try:
+            after = f" {format_duration(waited / 1e9)} after that" if pending is not None else ""
+            self._log("[WORKER]", f"[WORKER-{wid}] key={key} Get seq={seq}{after}")
+            self.detector.start(key)
+            try:
+                t0 = clock()
+                obj = informer.store.get_by_key(key)
+                seen_rv = int(obj["metadata"].get("resourceVersion") or 0) if obj is not None else 0
+                if self._reconcile_hook is not None:
+                    self._reconcile_hook(key, obj)
+                elif self.config.reconcile > 0:
+                    time.sleep(self.config.reconcile)
+                t1 = clock()
+            finally:
+                self.detector.finish(key)
+        except BaseException:
+            with self._cond:
+                self._active -= 1
+                self._reconcile_failures += 1
+                self._cond.notify_all()
+            raise  # the controller re-adds the key rate-limited and logs
+        with self._cond:
+            self._active -= 1
+            self._reconciles += 1
+            self._samples.reconcile.append(t1 - t0)
+            if seen_rv > self._reconciled_rv.get(key, -1):
+                self._reconciled_rv[key] = seen_rv
+            self._cond.notify_all()
+
+    # -- results ---------------------------------------------------------------------------------------------
+
+    def _lost_names(self) -> list[str]:
+        # With the lock held.
+        return sorted(k for k, rv in self._last_trigger_rv.items() if self._reconciled_rv.get(k, -1) < rv)
+
+    def wait_reconciled(self, timeout: float) -> bool:
+        """Block until every triggered name has been reconciled after its last trigger (``True``), or
+        ``timeout`` seconds passed (``False``)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._lost_names():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def verify(self) -> Verification:
+        """The correctness check, now (call :meth:`wait_reconciled` first)."""
+        with self._lock:
+            lost = self._lost_names()
+            return Verification(
+                names=len(self._last_trigger_rv),
+                triggers=self._triggers,
+                reconciles=self._reconciles,
+                lost=len(lost),
+                lost_names=lost[:20],
+                violations=self.detector.violations,
+            )
+
+    def stages(self) -> dict[str, StageStats]:
+        """Per-stage latency statistics so far."""
+        with self._lock:
+            s = self._samples
+            return {
+                "api_write": StageStats.of(s.api),
+                "trigger_handler": StageStats.of(s.handler),
+                "write_to_informer": StageStats.of(s.write_to_event),
+                "watch_chunk_to_handler": StageStats.of(s.chunk_to_handler),
+                "queue_add": StageStats.of(s.add),
+                "enqueue_to_get": StageStats.of(s.enqueue_to_get),
+                "enqueue_to_get_idle": StageStats.of(s.enqueue_to_get_idle),
+                "queue_done": StageStats.of(self.queue.done_ns if self.queue is not None else []),
+                "reconcile": StageStats.of(s.reconcile),
+            }
+
+    def summary(self) -> dict[str, Any]:
+        """Everything measured so far, JSON-ready."""
+        queue, informer = self.queue, self.informer
+        v = self.verify()
+        return {
+            "api_server": self.api_url,
+            "backend": "kubeconfig" if self.config.kubeconfig else self.config.backend,
+            "workers": self.config.workers,
+            "reconcile_s": self.config.reconcile,
+            "stages": {k: asdict(st) for k, st in self.stages().items()},
+            "verification": {**asdict(v), "ok": v.ok},
+            "trigger_errors": self._trigger_errors,
+            "reconcile_failures": self._reconcile_failures,
+            "informer_events": self._events,
+            "queue": asdict(queue.stats()) if queue is not None else None,
+            "queue_len": len(queue) if queue is not None else None,
+            "informer": asdict(informer.stats()) if informer is not None else None,
+        }
+
+    def stats_line(self) -> str:
+        """The ``[STATS]`` line."""
+        assert self.queue is not None
+        st = self.queue.stats()
+        stage = self.stages()["trigger_handler"]
+        with self._lock:
+            triggers, events, reconciles, lost = self._triggers, self._events, self._reconciles, len(self._lost_names())
+
+        def ms(x: float) -> str:
+            return "-" if math.isnan(x) else f"{x * 1e3:.2f}ms"
+
+        return (f"[STATS] events={events:,} adds={st.adds:,} queued={st.queued:,} dedup-noop={st.deduplicated:,} "
+                f"rwp-marked={st.marked:,} reconciles={reconciles:,} queue.len={len(self.queue)} "
+                f"unreconciled-names={lost} | /trigger reqs={triggers:,} p50={ms(stage.p50)} p95={ms(stage.p95)} "
+                f"p99={ms(stage.p99)}")
+
+    def _stats_loop(self) -> None:
+        while not self._stop.wait(self.config.stats_interval):
+            self._print(self.stats_line())
+
+    def metrics_text(self) -> bytes | None:
+        """The queue's metrics in Prometheus text format (``None`` without ``prometheus_client``)."""
+        if self._metrics is None:
+            return None
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self._metrics.registry))
+
+    def report(self, micro: dict[str, float] | None = None) -> str:
+        """The stage table (measured in this run) and the verification, as text."""
+        st = self.stages()
+
+        def f(x: float) -> str:
+            return "-" if math.isnan(x) else format_duration(x)
+
+        rows: list[tuple[str, StageStats | None, str]] = [
+            ("API write (/trigger → API server → answer)", st["api_write"], "client call in the trigger handler"),
+            ("  /trigger handler, whole", st["trigger_handler"], ""),
+            ("write answered → informer handler", st["write_to_informer"],
+             f"{st['write_to_informer'].negative} events came before the write's answer (negative)"),
+            ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update"),
+            ("queue add (call)", st["queue_add"], ""),
+            ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key"),
+            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], ""),
+            ("queue done (call)", st["queue_done"], ""),
+            ("reconcile", st["reconcile"],
+             "simulated: sleep " + format_duration(self.config.reconcile) if self._reconcile_hook is None else
+             "custom"),
+        ]
+        lines = [f"{'stage':<44} {'median':>9} {'p95':>9} {'p99':>9} {'n':>7}  note", "-" * 100]
+        for label, s, note in rows:
+            assert s is not None
+            lines.append(f"{label:<44} {f(s.p50):>9} {f(s.p95):>9} {f(s.p99):>9} {s.n:>7}  {note}")
+        if micro:
+            lines.append(f"{'queue add+get+done, one thread (microbench)':<44} {f(micro['cycle']):>9} "
+                         f"{'':>9} {'':>9} {'':>7}  add {f(micro['add'])}, get {f(micro['get'])}, "
+                         f"done {f(micro['done'])}; measured now")
+        v = self.verify()
+        lines.append("")
+        lines.append(f"verification: {v.names} names, {v.triggers} triggers, {v.reconciles} reconciles | "
+                     f"lost={v.lost} (names not reconciled after their last trigger) | same-key overlaps="
+                     f"{v.violations} -> {'OK' if v.ok else 'FAILED'}")
+        if v.lost_names:
+            lines.append(f"  not reconciled after the last trigger: {', '.join(v.lost_names)}")
+        return "\n".join(lines)
+
+
+# -- self-load ---------------------------------------------------------------------------------------------------
+
+
+def _load_subprocess(url: str, requests: int, concurrency: int, keys: int) -> LoadResult:
+    """Run ``keyqueue.lab.load`` in a child process, so that the client does not share this process's GIL."""
+    fd, path = tempfile.mkstemp(prefix="keyqueue-load-", suffix=".json")
+    os.close(fd)
+    try:
+        cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
+               "--concurrency", str(concurrency), "--keys", str(keys), "--json", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return LoadResult(**data)
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=0, help="trigger server port on 127.0.0.1 (default: free port)")
+    parser.add_argument("--workers", type=int, default=4, help="reconciling worker threads (default 4)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="use this cluster instead of starting the test API server (ConfigMaps in 'default')")
+    parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
+                        help="storage of the embedded test API server (default etcd)")
+    parser.add_argument("--reconcile", type=parse_duration, default=0.002,
+                        help="simulated work per reconcile, a GIL-releasing sleep (default 2ms)")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="run a built-in load of N requests, report and exit (default: serve until Ctrl-C)")
+    parser.add_argument("--concurrency", type=int, default=10, help="built-in load concurrency (default 10)")
+    parser.add_argument("--keys", type=int, default=20, help="built-in load: distinct names (default 20)")
+    parser.add_argument("--load-in-process", action="store_true",
+                        help="run the built-in load in threads of this process instead of a child process")
+    parser.add_argument("--log-lines", type=int, default=10,
+                        help="per-event log lines to print per kind (default 10; -1 all, 0 none)")
+    parser.add_argument("--stats-interval", type=parse_duration, default=5.0,
+                        help="time between [STATS] lines while serving (default 5s; 0 only at the end)")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="start etcd with --unsafe-no-fsync (faster writes, not durable)")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 when the run verified (nothing lost, no same-key overlap, no request failed), 1 otherwise, 2 for bad
+    arguments or a pipeline that could not start."""
+    out = human_stream(args)
+    cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
+                         reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
+                         unsafe_no_fsync=args.unsafe_no_fsync)
+    try:
+        pipeline = Pipeline(cfg, out=out)
+    except ValueError as exc:
+        print(f"pipeline: {exc}", file=out)
+        return 2
+    load: LoadResult | None = None
+    try:
+        pipeline.start()
+    except Exception as exc:
+        print(f"pipeline: could not start: {type(exc).__name__}: {exc}", file=out)
+        return 2
+    try:
+        where = f"API server {pipeline.api_url} ({'kubeconfig' if cfg.kubeconfig else cfg.backend + ' backend'})"
+        print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
+              f"{cfg.workers} workers", file=out, flush=True)
+        if args.requests > 0:
+            if args.load_in_process:
+                load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
+            else:
+                load = _load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
+            print(load.line(), file=out)
+        else:
+            print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
+                  flush=True)
+            stop = threading.Event()
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                stop.set()
+
+            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                while not stop.wait(0.5):
+                    pass
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        settled = pipeline.wait_reconciled(30.0)
+        print(pipeline.stats_line(), file=out)
+        micro = microbench_queue()
+        print("", file=out)
+        print(pipeline.report(micro), file=out)
+        if not settled:
+            print("pipeline: some names were still not reconciled after 30 s", file=out)
+        summary = pipeline.summary()
+        summary["queue_microbench"] = micro
+        summary["load"] = load.summary() if load is not None else None
+        write_json(args.json, summary)
+        ok = pipeline.verify().ok and (load is None or load.errors == 0)
+    finally:
+        pipeline.stop()
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="keyqueue-lab pipeline", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

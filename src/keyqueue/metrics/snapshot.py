@@ -1,0 +1,199 @@
+"""A metrics provider that counts inside the queues and computes client-go's metrics on demand.
+
+:class:`SnapshotMetricsProvider` needs no third-party package. Each named queue built with it gets a recorder that
+keeps plain counters under the queue's own lock (no extra lock, no metric-object calls on the hot path);
+:meth:`SnapshotMetricsProvider.snapshot` turns them into one :class:`QueueMetrics` per queue name, computing the
+in-flight gauges (unfinished work, longest-running processor) from the keys being processed at that moment, on
+each queue's own clock. :class:`~keyqueue.metrics.PrometheusMetricsProvider` is this provider plus a Prometheus
+collector.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+from keyqueue.clock import Clock
+from keyqueue.metrics._recorders import (
+    BUCKET_BOUNDS_NS,
+    HIST_SLOTS,
+    LockLike,
+    PullRecorder,
+    in_flight_ns,
+    nanos_to_seconds,
+)
+
+__all__ = ["BUCKETS", "HistogramSnapshot", "QueueMetrics", "SnapshotMetricsProvider"]
+
+#: Upper bounds of the two duration histograms, in seconds (client-go: exponential from 1e-8, factor 10, 10 buckets).
+BUCKETS: tuple[float, ...] = tuple(nanos_to_seconds(b) for b in BUCKET_BOUNDS_NS)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """A duration histogram as Prometheus exposes it.
+
+    ``buckets``: ``(upper bound in seconds, cumulative count)`` for each bound of :data:`BUCKETS` (the +Inf
+    bucket is ``count``); ``sum``: total of all observations in seconds.
+    """
+
+    buckets: tuple[tuple[float, int], ...]
+    count: int
+    sum: float
+
+    @classmethod
+    def from_slots(cls, slots: list[int]) -> HistogramSnapshot:
+        """Build from a recorder's histogram list (per-bucket counts, +Inf count, sum in ns)."""
+        cumulative: list[tuple[float, int]] = []
+        running = 0
+        for bound, n in zip(BUCKETS, slots, strict=False):
+            running += n
+            cumulative.append((bound, running))
+        count = running + slots[len(BUCKETS)]
+        return cls(tuple(cumulative), count, nanos_to_seconds(slots[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMetrics:
+    """client-go's seven workqueue metrics for one queue name, at one moment.
+
+    * ``depth``: keys that are dirty — waiting, or re-added while being processed (not ``len(queue)``).
+    * ``adds``: adds that made a key dirty (deduplicated adds are not counted).
+    * ``queue_duration``: per hand-out, the time from the add that made the key dirty to ``get``.
+    * ``work_duration``: per ``done``, the time since the matching ``get``.
+    * ``unfinished_work_seconds``: Σ over the keys being processed of how long they have been (at snapshot time).
+    * ``longest_running_processor_seconds``: the largest of those ages (0 when nothing is being processed).
+    * ``retries``: accepted ``add_after`` calls (``add_rate_limited`` included), delayed or not.
+    * ``queues``: how many live queues currently use this name (several queues may share one; their counts add up,
+      the longest-running value is the maximum).
+    """
+
+    name: str
+    depth: int
+    adds: int
+    queue_duration: HistogramSnapshot
+    work_duration: HistogramSnapshot
+    unfinished_work_seconds: float
+    longest_running_processor_seconds: float
+    retries: int
+    queues: int
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One queue's counters as the provider holds them: a weak link to the recorder and strong links to its
+    count lists (so the counts survive the queue)."""
+
+    ref: weakref.ReferenceType[PullRecorder]
+    counts: list[int]
+    queue_hist: list[int]
+    work_hist: list[int]
+
+
+@dataclass(slots=True)
+class _Series:
+    """Everything known about one queue name: the live queues' slots and the folded totals of dead ones."""
+
+    slots: list[_Slot] = field(default_factory=list)
+    retired_counts: list[int] = field(default_factory=lambda: [0, 0])
+    retired_queue_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    retired_work_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+
+    def retire_dead(self) -> None:
+        live: list[_Slot] = []
+        for slot in self.slots:
+            if slot.ref() is None:
+                _add_into(self.retired_counts, slot.counts)
+                _add_into(self.retired_queue_hist, slot.queue_hist)
+                _add_into(self.retired_work_hist, slot.work_hist)
+            else:
+                live.append(slot)
+        self.slots = live
+
+
+def _add_into(target: list[int], source: list[int]) -> None:
+    for i, v in enumerate(source):
+        target[i] += v
+
+
+class SnapshotMetricsProvider:
+    """Counts every named queue built with it; :meth:`snapshot` reports client-go's metrics per queue name.
+
+    Pass it as ``metrics_provider=`` to a queue or install it with :func:`keyqueue.metrics.set_provider`. Queues
+    with an empty name are not tracked. Several queues may use one name: their counters add up (as client-go's
+    adapters hand both queues the same metric children). Counters of a queue that has been garbage-collected are
+    kept, so a counter never goes backwards; its depth and in-flight keys no longer count.
+
+    The provider holds no reference to a queue or to its keys; each queue's recorder forgets a key's add time when
+    it is handed out and its start time when it is done. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._series_lock = threading.Lock()
+        self._series: dict[str, _Series] = {}
+
+    def _recorder(self, name: str, clock: Clock, lock: LockLike | None) -> PullRecorder:
+        """A new recorder for one queue called ``name`` (used by :func:`keyqueue.metrics.recorder_for`)."""
+        recorder = PullRecorder(clock, lock)
+        slot = _Slot(weakref.ref(recorder), recorder.counts, recorder.queue_hist, recorder.work_hist)
+        with self._series_lock:
+            series = self._series.get(name)
+            if series is None:
+                series = self._series[name] = _Series()
+            series.retire_dead()
+            series.slots.append(slot)
+        return recorder
+
+    def names(self) -> list[str]:
+        """The queue names seen so far, sorted."""
+        with self._series_lock:
+            return sorted(self._series)
+
+    def snapshot(self) -> dict[str, QueueMetrics]:
+        """The metrics of every queue name seen so far, keyed by name (sorted), as of now.
+
+        Briefly takes each live queue's lock (one at a time) to copy its counters and in-flight start times; never
+        blocks on anything else. The in-flight gauges use each queue's own clock.
+        """
+        out: dict[str, QueueMetrics] = {}
+        with self._series_lock:
+            for name in sorted(self._series):
+                series = self._series[name]
+                series.retire_dead()
+                counts = list(series.retired_counts)
+                queue_hist = list(series.retired_queue_hist)
+                work_hist = list(series.retired_work_hist)
+                depth = unfinished_ns = longest_ns = live = 0
+                for slot in series.slots:
+                    recorder = slot.ref()
+                    if recorder is None:  # died since retire_dead(): its lists are final, read them as they are
+                        _add_into(counts, slot.counts)
+                        _add_into(queue_hist, slot.queue_hist)
+                        _add_into(work_hist, slot.work_hist)
+                        continue
+                    c, qh, wh, d, starts, now = recorder.read()
+                    del recorder
+                    live += 1
+                    _add_into(counts, c)
+                    _add_into(queue_hist, qh)
+                    _add_into(work_hist, wh)
+                    depth += d
+                    total, oldest = in_flight_ns(starts, now)
+                    unfinished_ns += total
+                    longest_ns = max(longest_ns, oldest)
+                out[name] = QueueMetrics(
+                    name=name,
+                    depth=depth,
+                    adds=counts[0],
+                    queue_duration=HistogramSnapshot.from_slots(queue_hist),
+                    work_duration=HistogramSnapshot.from_slots(work_hist),
+                    unfinished_work_seconds=nanos_to_seconds(unfinished_ns),
+                    longest_running_processor_seconds=nanos_to_seconds(longest_ns),
+                    retries=counts[1],
+                    queues=live,
+                )
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} names={self.names()!r}>"

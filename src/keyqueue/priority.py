@@ -1,0 +1,251 @@
+"""controller-runtime's priority queue for threads: :class:`PriorityQueue` (the asyncio one is
+:class:`keyqueue.aio.PriorityQueue`).
+
+A :class:`PriorityQueue` is a :class:`~keyqueue.RateLimitingQueue` (same methods, same shell, same one-holder-per-key
+guarantee) whose state machine is a :class:`~keyqueue._priority_core.PriorityCore`:
+
+* keys are handed out highest priority first, FIFO within a priority;
+* re-adding a queued key keeps the **highest** priority (a raised key goes to the back of its new priority's line)
+  and the **earliest** ready time; a ready key stays ready (a delayed add never delays it); a delayed key joins its
+  priority's line when it becomes due;
+* ``add(key, rate_limited=True, after=d)`` waits the smaller of the limiter's delay and ``d`` (``d == 0``: unset);
+* ``len()`` counts ready keys, including keys re-added while being processed (they are handed out only after their
+  ``done``); keys waiting for a delay are not counted.
+
+Where it differs from controller-runtime, on purpose: adds apply synchronously (``len()`` and ``num_requeues()`` are
+exact as soon as ``add`` returns; there is no background flusher); ``shut_down()`` is idempotent; after shutdown
+``get()`` still hands out the ready keys, then raises :class:`~keyqueue.ShutDown` (controller-runtime drops them).
+The default rate limiter is controller-runtime's: per-key exponential 5 ms .. 1000 s, no token bucket.
+
+Metrics (for a named queue with a provider): the queue's metrics with controller-runtime's priority-queue meaning
+(adds and depth count a key when it becomes ready; retries count adds whose effective delay is > 0), plus depth per
+priority (see :class:`PriorityDepth`), whose priority label is capped at 25 distinct values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any, Final, Generic, TypeVar, cast
+
+from keyqueue._core import DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
+from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
+from keyqueue.clock import Clock
+from keyqueue.metrics import recorder_for
+from keyqueue.ratelimit import ItemExponentialFailureRateLimiter, RateLimiter
+from keyqueue.threaded import RateLimitingQueue
+
+__all__ = ["MAX_PRIORITY_LABELS", "OVERFLOW_LABEL", "PriorityDepth", "PriorityQueue", "default_priority_rate_limiter"]
+
+T = TypeVar("T", bound=Hashable)
+
+#: controller-runtime's cap on distinct ``priority`` label values of ``workqueue_depth`` (#3419).
+MAX_PRIORITY_LABELS: Final = 25
+#: The label value used for every priority beyond the first :data:`MAX_PRIORITY_LABELS` distinct ones.
+OVERFLOW_LABEL: Final = "exceeded_cardinality_limit"
+
+
+def default_priority_rate_limiter() -> ItemExponentialFailureRateLimiter[Hashable]:
+    """controller-runtime's priority-queue default: per-key exponential backoff 5 ms .. 1000 s, no token bucket."""
+    return ItemExponentialFailureRateLimiter(0.005, 1000.0)
+
+
+class PriorityDepth:
+    """Ready keys per priority label, with controller-runtime's cardinality cap. Not thread-safe (the queue's
+    lock guards it).
+
+    The first :data:`MAX_PRIORITY_LABELS` distinct priorities seen get their decimal string as label; every later
+    one is counted under :data:`OVERFLOW_LABEL`. A label, once given, stays (its count may drop to 0).
+    """
+
+    __slots__ = ("_depth", "_labels")
+
+    def __init__(self) -> None:
+        self._labels: dict[int, str] = {}
+        self._depth: dict[str, int] = {}
+
+    def label(self, priority: int) -> str:
+        """The label ``priority`` is counted under (assigning one if it is new)."""
+        label = self._labels.get(priority)
+        if label is None:
+            label = str(priority) if len(self._labels) < MAX_PRIORITY_LABELS else OVERFLOW_LABEL
+            self._labels[priority] = label
+        return label
+
+    def inc(self, priority: int) -> None:
+        label = self.label(priority)
+        self._depth[label] = self._depth.get(label, 0) + 1
+
+    def dec(self, priority: int) -> None:
+        label = self.label(priority)
+        self._depth[label] = self._depth.get(label, 0) - 1
+
+    def snapshot(self) -> dict[str, int]:
+        """label → ready keys at that priority (labels that ever had a key; counts may be 0)."""
+        return dict(self._depth)
+
+
+class PriorityRecorder:
+    """Adapts the queue's metrics recorder (:class:`~keyqueue._core.MetricsRecorder`) to the priority core's
+    hooks and keeps :class:`PriorityDepth`."""
+
+    __slots__ = ("depth", "inner")
+
+    def __init__(self, inner: MetricsRecorder) -> None:
+        self.inner = inner
+        self.depth = PriorityDepth()
+
+    def add(self, item: Hashable, t_ns: int, priority: int) -> None:
+        self.depth.inc(priority)
+        self.inner.add(item, t_ns)
+
+    def get(self, item: Hashable, t_ns: int, priority: int) -> None:
+        self.depth.dec(priority)
+        self.inner.get(item, t_ns)
+
+    def done(self, item: Hashable, t_ns: int) -> None:
+        self.inner.done(item, t_ns)
+
+    def reprioritize(self, item: Hashable, old_priority: int, new_priority: int) -> None:
+        depth = self.depth
+        depth.dec(old_priority)
+        depth.inc(new_priority)
+
+    def retry(self) -> None:
+        self.inner.retry()
+
+
+def new_priority_core(
+    name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: threading.Lock
+) -> tuple[PriorityCore[Any], PriorityRecorder | None]:
+    """Build the priority core (counting if ``stats``) with its recorder, which also keeps the per-priority depth.
+    A queue that emits no metrics (empty name, no-op provider) gets no recorder at all."""
+    inner = recorder_for(name, metrics_provider, clock, lock)
+    recorder = PriorityRecorder(inner) if inner is not None else None
+    core: PriorityCore[Any] = (CountingPriorityCore if stats else PriorityCore)(clock, recorder)
+    return core, recorder
+
+
+class PriorityAdds(Generic[T]):
+    """The priority-aware adds both priority queue shells share. A shell provides ``_lock``, ``_pcore``,
+    ``rate_limiter`` and ``_wake_getter()`` (called with the lock held when a getter may now find a key or must
+    re-compute how long to sleep)."""
+
+    _lock: threading.Lock
+    _pcore: PriorityCore[T]
+    _precorder: PriorityRecorder | None
+    rate_limiter: RateLimiter[T]
+    clock: Clock
+    name: str
+
+    def _wake_getter(self) -> None:
+        raise NotImplementedError
+
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+        # The shells' construction hook: called once from their __init__, with self.clock and self._lock set.
+        core, self._precorder = new_priority_core(name, metrics_provider, stats, self.clock, self._lock)
+        self._pcore = core
+        # The shell drives the core only through the QueueCore methods PriorityCore also offers.
+        return cast(QueueCore[T], core)
+
+    def _handed_out_priority(self, item: T) -> int:
+        with self._lock:
+            return self._pcore.processing[item]
+
+    def add(self, item: T, *, priority: int = 0, after: float = 0.0, rate_limited: bool = False) -> AddResult:
+        """Add ``item`` at ``priority`` (an int; higher is served first; default 0), now or after ``after``
+        seconds, optionally rate limited. Never blocks beyond the queue's short lock; never sleeps; callable from
+        any thread (also on the asyncio queue).
+
+        * ``after <= 0``: ready now. ``after > 0``: ready then (``math.inf``: never, in practice).
+        * ``rate_limited=True``: the limiter records a failure of ``item`` and its delay ``r`` is used, or
+          ``after`` if ``after`` is set (non-zero) and smaller than ``r``.
+        * Merging into a queued key: the highest priority wins (a strictly higher one sends the key to the back of
+          its new priority's line); the earliest ready time wins; a ready key stays ready.
+
+        Returns :class:`~keyqueue.AddResult`: ``QUEUED`` (joined a ready line), ``MARKED`` (being processed; ready
+        again after ``done``), ``DEDUP`` (already ready at this priority or higher), ``DELAYED`` / ``DELAY_KEPT``
+        (waiting; its time or priority changed / nothing changed), ``DROPPED`` (shut down: nothing happens, the
+        limiter is not consulted). Raises ``TypeError`` for an unhashable item, a non-int priority or a non-number
+        ``after``, ``ValueError`` for a NaN ``after``; then nothing changed (the limiter recorded nothing).
+        """
+        check_hashable(item)
+        check_priority(priority)
+        delay = check_delay(after)
+        limiter = self.rate_limiter if rate_limited else None
+        with self._lock:
+            outcome = self._pcore.add_with_opts(item, priority=priority, after=delay, rate_limiter=limiter)
+            if outcome in (QUEUED, DELAYED):
+                self._wake_getter()
+        return outcome
+
+    def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
+        """``add(item, priority=priority, after=delay)``. Unlike client-go's delaying queue, a delayed add merges
+        into the key's queue entry (earliest time wins), so it can never cause a second hand-out."""
+        return self.add(item, priority=priority, after=delay)
+
+    def add_rate_limited(self, item: T, *, priority: int = 0) -> AddResult:
+        """``add(item, priority=priority, rate_limited=True)``: records a failure of ``item`` with the limiter and
+        makes it ready after the limiter's delay. Unlike the client-go queues, the limiter is not consulted once
+        the queue is shut down."""
+        return self.add(item, priority=priority, rate_limited=True)
+
+    def __len__(self) -> int:
+        """Ready keys, including keys re-added while being processed (handed out after their ``done``); keys
+        waiting for a delay are not counted (controller-runtime's ``Len``). Informational: it may change at once."""
+        with self._lock:
+            return self._pcore.ready_len()
+
+    def __repr__(self) -> str:
+        core = self._pcore
+        return (
+            f"<{type(self).__name__} name={self.name!r} ready={core.ready_count} "
+            f"processing={len(core.processing)} delayed={core.delayed_count} "
+            f"shutting_down={core.shutting_down}>"
+        )
+
+    def depth_by_priority(self) -> dict[str, int]:
+        """Ready keys per priority label (controller-runtime's ``workqueue_depth{priority}``; at most 25 labels,
+        then ``exceeded_cardinality_limit``). Empty for a queue that emits no metrics (no name or no provider)."""
+        recorder = self._precorder
+        if recorder is None:
+            return {}
+        with self._lock:
+            return recorder.depth.snapshot()
+
+
+class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
+    """controller-runtime's priority queue for threads (see the module docstring for its rules).
+
+    Everything :class:`~keyqueue.RateLimitingQueue` has (``get``/``done``/``lease``/iteration/``shut_down``/
+    ``shut_down_with_drain``/``forget``/``num_requeues`` behave as there), plus ``add(item, *, priority=0,
+    after=0.0, rate_limited=False)`` and :meth:`get_with_priority`. ``rate_limiter`` defaults to
+    :func:`default_priority_rate_limiter`. ``stats=True`` counts decisions (:class:`~keyqueue.QueueStats`).
+    """
+
+    def __init__(
+        self,
+        rate_limiter: RateLimiter[T] | None = None,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        super().__init__(
+            rate_limiter if rate_limiter is not None else default_priority_rate_limiter(),
+            name=name,
+            clock=clock,
+            metrics_provider=metrics_provider,
+            stats=stats,
+        )
+
+    def _wake_getter(self) -> None:
+        if self._getters:
+            self._readable.notify()
+
+    def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
+        """Like :meth:`get`: take the next key (blocking while none is ready), returning ``(key, priority)`` —
+        the priority it was handed out at. Raises what :meth:`get` raises (``ShutDown``, ``TimeoutError``)."""
+        item = self.get(timeout)
+        return item, self._handed_out_priority(item)

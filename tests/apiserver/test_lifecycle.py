@@ -1,0 +1,199 @@
+"""Restart, cleanup, the CLI, and TLS with a bearer token."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client
+
+from keyqueue.apiserver import EtcdProcess, TestAPIServer
+from keyqueue.apiserver.objects import CONFIGMAPS
+from keyqueue.apiserver.registry import WriteOptions
+from keyqueue.apiserver.tls import openssl_available
+
+from .conftest import Kubectl, WatchCollector, kubectl_binary, unique
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server restarting there would
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:
+            return False
+    return True
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _server_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("apiserver", "etcd-watch"))]
+
+
+@pytest.mark.etcd
+def test_restart_api_server_and_resume_watch(etcd_proc: EtcdProcess, collect: Callable[..., WatchCollector]) -> None:
+    with TestAPIServer("etcd", etcd=etcd_proc, prefix=f"/{unique('restart')}") as s:
+        port = s.port
+        api_client = s.api_client()
+        api = client.CoreV1Api(api_client)
+        ns = unique("rs")
+        api.create_namespace({"metadata": {"name": ns}})
+        rv = api.list_namespaced_config_map(ns).metadata.resource_version
+        w = collect(api.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=60)
+        api.create_namespaced_config_map(ns, {"metadata": {"name": "a"}, "data": {"v": "1"}})
+        seen = w.next()
+        assert (seen["type"], seen["object"].metadata.name) == ("ADDED", "a")
+        last_rv = w.watch.resource_version
+
+        s.stop_server()
+        assert w.done.wait(10), "the watch stream did not end when the server stopped"
+        with pytest.raises(urllib3.exceptions.MaxRetryError):
+            api.read_namespace(ns, _request_timeout=2)
+        # meanwhile another writer (straight to storage, as a second API server would)
+        reg = s.registry
+        reg.patch(CONFIGMAPS, ns, "a", "application/merge-patch+json", {"data": {"v": "2"}}, WriteOptions())
+        reg.create(CONFIGMAPS, ns, {"metadata": {"name": "b"}}, WriteOptions())
+        reg.delete(CONFIGMAPS, ns, "a", None, WriteOptions())
+
+        s.start_server()
+        assert s.port == port
+        resumed = collect(api.list_namespaced_config_map, ns, resource_version=last_rv, timeout_seconds=60)
+        got = [resumed.next() for _ in range(3)]
+        assert [(e["type"], e["object"].metadata.name) for e in got] == [
+            ("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+        assert got[0]["object"].data == {"v": "2"}
+        api.delete_namespace(ns)
+        api_client.close()
+
+
+@pytest.mark.etcd
+@pytest.mark.parametrize("fail", [False, True])
+def test_everything_stops_and_ports_are_freed(fail: bool) -> None:
+    before = set(_server_threads())
+    with contextlib.suppress(RuntimeError), TestAPIServer("etcd") as s:
+        assert s.etcd is not None and s.etcd.running
+        pid = s.etcd.pid
+        ports = [s.port, s.etcd.client_port, s.etcd.peer_port, s.etcd.metrics_port]
+        tmpdir = s.etcd.tmpdir
+        api_client = s.api_client()
+        api = client.CoreV1Api(api_client)
+        api.create_namespaced_config_map("default", {"metadata": {"name": "x"}})
+        w = WatchCollector(api.list_namespaced_config_map, "default", timeout_seconds=60)
+        assert w.next()["type"] == "ADDED"
+        if fail:
+            raise RuntimeError("test body failed")
+    assert pid is not None and _process_gone(pid)
+    assert all(_port_is_free(p) for p in ports), ports
+    assert tmpdir is not None and not Path(tmpdir).exists()
+    assert w.done.wait(10)
+    api_client.close()
+    assert set(_server_threads()) <= before
+
+
+def test_memory_server_stops_cleanly() -> None:
+    before = set(_server_threads())
+    with TestAPIServer("memory") as s:
+        port = s.port
+        kubeconfig = s.kubeconfig_path
+        assert kubeconfig.exists()
+    assert _port_is_free(port)
+    assert not kubeconfig.exists()
+    assert set(_server_threads()) <= before
+
+
+@pytest.mark.etcd
+def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("kubeconfig:") for line in lines):
+            line = proc.stdout.readline()
+            assert line, f"CLI exited early: {''.join(lines)}"
+            lines.append(line)
+            assert time.monotonic() < deadline
+        text = "".join(lines)
+        assert "not kube-apiserver" in text
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", text)
+        etcd_pid = re.search(r"pid (\d+)", text)
+        assert url and etcd_pid, text
+        assert f"server: \"{url.group(1)}\"" in kubeconfig.read_text()
+        kubectl = kubectl_binary()
+        if kubectl is not None:
+            out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "c"),
+                                  "get", "namespaces", "-o", "name"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+            assert "namespace/kube-system" in out
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert _process_gone(int(etcd_pid.group(1)))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.skipif(not openssl_available(), reason="needs the openssl command")
+def test_tls_and_bearer_token(tmp_path: Path) -> None:
+    with TestAPIServer("memory", tls=True, token=True) as s:
+        assert s.url.startswith("https://127.0.0.1:")
+        api_client = s.api_client()
+        names = {n.metadata.name for n in client.CoreV1Api(api_client).list_namespace().items}
+        assert "default" in names
+        api_client.close()
+
+        config = s.configuration()
+        config.api_key = {"authorization": "wrong"}
+        bad = client.ApiClient(config)
+        with pytest.raises(client.ApiException) as info:
+            client.CoreV1Api(bad).list_namespace()
+        assert info.value.status == 401
+        bad.close()
+
+        from kubernetes import config as kube_config
+
+        loaded = client.Configuration()
+        kube_config.load_kube_config(config_file=str(s.kubeconfig_path), client_configuration=loaded)
+        with client.ApiClient(loaded) as from_kubeconfig:
+            assert client.CoreV1Api(from_kubeconfig).read_namespace("default").metadata.name == "default"
+
+        kubectl = kubectl_binary()
+        if kubectl is not None:
+            k = Kubectl(kubectl, s.kubeconfig_path, tmp_path)
+            assert "namespace/default" in k.run("get", "ns", "-o", "name").stdout
+            k.run("create", "configmap", "secure", "--from-literal=a=1")
+            assert k.run("get", "cm", "secure", "-o", "jsonpath={.data.a}").stdout == "1"
+
+
+def test_api_client_helpers_are_typed_enough() -> None:
+    with TestAPIServer("memory") as s:
+        cfg: Any = s.configuration()
+        assert cfg.host == s.url
+        assert s.kubeconfig_path.read_text().count("server:") == 1

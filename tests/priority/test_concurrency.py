@@ -1,0 +1,281 @@
+"""Bulk ordering and a multi-threaded fuzz of the priority queue, with a control that must fail the same checks.
+
+The fuzz logs every add, hand-out and done *inside the queue's lock* (a subclass of the core appends to a list), so
+the log is the order in which the queue really applied them. A plain replay of that log checks, for every hand-out,
+that its priority is the highest priority added to that key since the key's previous hand-out, and that no key is
+handed out again before its ``done``. Consumers also run an independent same-key detector, and a recorder checks
+that no per-priority depth ever goes negative. The control is a naive priority queue (a heap, no dedup, no
+processing set) run through the same harness: the same checks must report violations there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any, cast
+
+from keyqueue import PriorityQueue, ShutDown, aio
+from keyqueue._core import EMPTY, AddResult, QueueCore, _Empty
+from keyqueue._priority_core import PriorityCore
+from keyqueue.metrics import SnapshotMetricsProvider, recorder_for
+from keyqueue.priority import PriorityRecorder
+from keyqueue.ratelimit import RateLimiter
+
+# -- 1000 keys at each of 5 priorities ------------------------------------------------------------------------------
+
+
+def expected_bulk() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    adds = [(f"p{p}-{i}", p) for i in range(1000) for p in (0, 3, -2, 7, 1)]  # interleaved priorities
+    want = sorted(adds, key=lambda kp: (-kp[1], int(kp[0].split("-")[1])))
+    return adds, want
+
+
+def test_5000_keys_in_priority_then_fifo_order_threaded() -> None:
+    adds, want = expected_bulk()
+    q: PriorityQueue[str] = PriorityQueue()
+    for key, prio in adds:
+        assert q.add(key, priority=prio) == AddResult.QUEUED
+    assert len(q) == 5000
+    got = []
+    for _ in range(5000):
+        key, prio = q.get_with_priority(timeout=0)
+        q.done(key)
+        got.append((key, prio))
+    assert got == want
+    assert len(q) == 0
+
+
+def test_5000_keys_in_priority_then_fifo_order_aio() -> None:
+    adds, want = expected_bulk()
+
+    async def main() -> list[tuple[str, int]]:
+        q: aio.PriorityQueue[str] = aio.PriorityQueue()
+        for key, prio in adds:
+            q.add(key, priority=prio)
+        got = []
+        async with asyncio.timeout(10):
+            for _ in range(5000):
+                key, prio = await q.get_with_priority()
+                q.done(key)
+                got.append((key, prio))
+        return got
+
+    assert asyncio.run(main()) == want
+
+
+# -- the fuzz harness ------------------------------------------------------------------------------------------------
+
+
+class DepthProbe:
+    """Wraps the real recorder; after every event checks that no per-priority depth is negative."""
+
+    def __init__(self, inner: PriorityRecorder) -> None:
+        self.inner = inner
+        self.negative = 0
+
+    def _check(self) -> None:
+        if any(v < 0 for v in self.inner.depth.snapshot().values()):
+            self.negative += 1
+
+    def add(self, item: Hashable, t_ns: int, priority: int) -> None:
+        self.inner.add(item, t_ns, priority)
+        self._check()
+
+    def get(self, item: Hashable, t_ns: int, priority: int) -> None:
+        self.inner.get(item, t_ns, priority)
+        self._check()
+
+    def done(self, item: Hashable, t_ns: int) -> None:
+        self.inner.done(item, t_ns)
+
+    def reprioritize(self, item: Hashable, old_priority: int, new_priority: int) -> None:
+        self.inner.reprioritize(item, old_priority, new_priority)
+        self._check()
+
+    def retry(self) -> None:
+        self.inner.retry()
+
+
+class LoggedCore(PriorityCore[str]):
+    """Appends (op, key, priority) to ``log`` inside the queue's lock (the shell holds it around every call)."""
+
+    log: list[tuple[Any, ...]]
+
+    def add_with_opts(
+        self, item: str, *, priority: int = 0, after: float = 0.0, rate_limiter: RateLimiter[str] | None = None
+    ) -> AddResult:
+        outcome = super().add_with_opts(item, priority=priority, after=after, rate_limiter=rate_limiter)
+        if outcome != AddResult.DROPPED:
+            self.log.append(("add", item, priority))
+        return outcome
+
+    def pop_with_priority(self) -> tuple[str, int] | _Empty:
+        got = super().pop_with_priority()
+        if got is not EMPTY:
+            assert isinstance(got, tuple)
+            self.log.append(("get", got[0], got[1]))
+        return got
+
+    def done(self, item: str) -> bool:
+        self.log.append(("done", item))
+        return super().done(item)
+
+
+class LoggedPQ(PriorityQueue[str]):
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[str]:
+        inner = recorder_for(name, metrics_provider, self.clock, self._lock)
+        assert inner is not None
+        self._precorder = PriorityRecorder(inner)
+        self.probe = DepthProbe(self._precorder)
+        core = LoggedCore(self.clock, self.probe)
+        core.log = []
+        self._pcore = core
+        return cast(QueueCore[str], core)
+
+    @property
+    def log(self) -> list[tuple[Any, ...]]:
+        return cast(LoggedCore, self._pcore).log
+
+
+class NaivePQ:
+    """The control: a heap of (-priority, seq, key) under one condition; no dedup, no processing set."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list[tuple[int, int, str]] = []
+        self.seq = itertools.count()
+        self.log: list[tuple[Any, ...]] = []
+        self.closed = False
+
+    def add(self, key: str, *, priority: int = 0) -> None:
+        with self.cond:
+            heapq.heappush(self.heap, (-priority, next(self.seq), key))
+            self.log.append(("add", key, priority))
+            self.cond.notify()
+
+    def get_with_priority(self, timeout: float | None = None) -> tuple[str, int]:
+        with self.cond:
+            while not self.heap:
+                if self.closed:
+                    raise ShutDown
+                self.cond.wait(timeout)
+            neg, _, key = heapq.heappop(self.heap)
+            self.log.append(("get", key, -neg))
+            return key, -neg
+
+    def done(self, key: str) -> None:
+        with self.cond:
+            self.log.append(("done", key))
+
+    def shut_down(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def replay(log: list[tuple[Any, ...]]) -> dict[str, int]:
+    """Check a linearised log. Returns violation counts: 'double' (handed out again before done), 'priority' (not
+    the max priority added since the previous hand-out), 'phantom' (handed out with no add since the previous
+    hand-out), plus 'gets'."""
+    since: dict[str, int] = {}
+    held: set[str] = set()
+    v = {"double": 0, "priority": 0, "phantom": 0, "gets": 0}
+    for ev in log:
+        op, key = ev[0], ev[1]
+        if op == "add":
+            since[key] = max(since.get(key, ev[2]), ev[2])
+        elif op == "get":
+            v["gets"] += 1
+            if key in held:
+                v["double"] += 1
+            held.add(key)
+            top = since.pop(key, None)
+            if top is None:
+                v["phantom"] += 1
+            elif top != ev[2]:
+                v["priority"] += 1
+        else:
+            held.discard(key)
+    return v
+
+
+def run_fuzz(q: Any, *, producers: int, consumers: int, adds: int, keys: int, seed: int) -> dict[str, int]:
+    """Producers add random keys at random priorities while consumers take, hold briefly and finish keys.
+    Returns the replay's counts plus 'overlap' from the consumers' own same-key detector."""
+    lock = threading.Lock()
+    in_flight: set[str] = set()
+    overlap = [0]
+    start = threading.Barrier(producers + consumers, timeout=5)
+
+    def produce(i: int) -> None:
+        rnd = random.Random(seed * 1000 + i)
+        start.wait()
+        for _ in range(adds):
+            q.add(f"k{rnd.randrange(keys)}", priority=rnd.randint(-3, 3))
+            if rnd.random() < 0.05:
+                time.sleep(0)  # let the consumers in (the GIL would otherwise favour one tight loop)
+
+    def consume(i: int) -> None:
+        rnd = random.Random(seed * 1000 + 500 + i)
+        start.wait()
+        while True:
+            try:
+                key, _ = q.get_with_priority(timeout=5)
+            except ShutDown:
+                return
+            with lock:
+                if key in in_flight:
+                    overlap[0] += 1
+                in_flight.add(key)
+            if rnd.random() < 0.2:
+                time.sleep(0.0001)  # widen the window in which a second holder could show up
+            with lock:
+                in_flight.discard(key)
+            q.done(key)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(producers)]
+    workers = [threading.Thread(target=consume, args=(i,)) for i in range(consumers)]
+    for t in threads + workers:
+        t.start()
+    for t in threads:
+        t.join(10)
+    q.shut_down()  # consumers finish what is left, then see ShutDown
+    for t in workers:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads + workers)
+    counts = replay(q.log)
+    counts["overlap"] = overlap[0]
+    return counts
+
+
+def test_fuzz_priority_queue_threads() -> None:
+    provider = SnapshotMetricsProvider()
+    for seed in range(3):
+        q = LoggedPQ(name=f"fuzz-{seed}", metrics_provider=provider)
+        counts = run_fuzz(q, producers=4, consumers=4, adds=2500, keys=32, seed=seed)
+        assert counts["gets"] > 500
+        assert counts["double"] == 0
+        assert counts["priority"] == 0
+        assert counts["phantom"] == 0
+        assert counts["overlap"] == 0
+        assert q.probe.negative == 0
+        # Everything was handed out and finished: every depth is back to 0, and len agrees.
+        assert len(q) == 0
+        assert set(q.depth_by_priority().values()) <= {0}
+        snap = provider.snapshot()[f"fuzz-{seed}"]
+        assert snap.depth == 0
+        assert snap.adds == counts["gets"]  # a key is counted once each time it becomes ready
+        print(seed, counts)
+
+
+def test_fuzz_control_naive_priority_queue_is_caught() -> None:
+    counts = run_fuzz(NaivePQ(), producers=4, consumers=4, adds=2500, keys=32, seed=7)
+    print(counts)
+    assert counts["phantom"] > 0  # duplicates handed out with no add in between
+    assert counts["double"] > 0  # the same key handed to a second consumer before done
+    assert counts["overlap"] > 0  # and the consumers' own detector saw two holders at once
