@@ -12,6 +12,7 @@ import pytest
 from keyqueue.apiserver import TestAPIServer
 
 from .conftest import unique
+from .pb import encode_configmap
 
 
 class Conn:
@@ -162,8 +163,6 @@ def test_table_output(conn: Conn, hns: str) -> None:
 
 
 def test_protobuf_create(conn: Conn, hns: str) -> None:
-    from .test_units import encode_configmap
-
     body = encode_configmap(name="pb", namespace="", data={"a": "1"}, labels={"x": "y"})
     status, out, _ = conn.request(
         "POST", f"/api/v1/namespaces/{hns}/configmaps?fieldManager=kubectl-create&fieldValidation=Strict", body,

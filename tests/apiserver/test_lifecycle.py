@@ -39,11 +39,18 @@ def _port_is_free(port: int) -> bool:
 
 
 def _process_gone(pid: int) -> bool:
+    """True if ``pid`` does not exist or is a zombie (exited, not yet reaped by its new parent)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return True
-    return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _server_threads() -> list[str]:
@@ -108,6 +115,39 @@ def test_everything_stops_and_ports_are_freed(fail: bool) -> None:
     assert w.done.wait(10)
     api_client.close()
     assert set(_server_threads()) <= before
+
+
+@pytest.mark.etcd
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+def test_etcd_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    script = (
+        "from keyqueue.apiserver import EtcdProcess\n"
+        "import sys, time\n"
+        "e = EtcdProcess().start()\n"
+        "print(e.pid, e.tmpdir, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        pid_text, tmpdir = proc.stdout.readline().split()
+        etcd_pid = int(pid_text)
+        assert not _process_gone(etcd_pid)
+        proc.kill()  # SIGKILL: no atexit, no finalizers
+        proc.wait(10)
+        deadline = time.monotonic() + 15
+        while not _process_gone(etcd_pid):  # an external process: poll its state, bounded
+            assert time.monotonic() < deadline, "etcd outlived its killed parent"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
+    import shutil
+
+    shutil.rmtree(tmpdir, ignore_errors=True)  # a SIGKILLed parent cannot clean up its temp dir
 
 
 def test_memory_server_stops_cleanly() -> None:
@@ -197,3 +237,22 @@ def test_api_client_helpers_are_typed_enough() -> None:
         cfg: Any = s.configuration()
         assert cfg.host == s.url
         assert s.kubeconfig_path.read_text().count("server:") == 1
+
+
+def test_periodic_compaction() -> None:
+    with TestAPIServer("memory", compaction_interval=0.05) as s:
+        api_client = s.api_client()
+        api = client.CoreV1Api(api_client)
+        rv = api.list_namespaced_config_map("default").metadata.resource_version
+        api.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+        deadline = time.monotonic() + 10
+        while True:  # the compactor works on its own clock: poll its observable effect, bounded
+            try:
+                api.list_namespaced_config_map("default", resource_version=rv, resource_version_match="Exact")
+            except client.ApiException as exc:
+                assert exc.status == 410
+                break
+            assert time.monotonic() < deadline, "no compaction within 10 s"
+            time.sleep(0.02)
+        api_client.close()
+    assert not any(t.name == "apiserver-compactor" for t in threading.enumerate())

@@ -122,3 +122,14 @@ def test_close_unblocks_watch(backend: Backend, prefix: str) -> None:
     w.close()
     with pytest.raises(EOFError):
         w.next(5.0)
+
+
+def test_watch_from_a_future_revision_skips_earlier_changes(backend: Backend, prefix: str) -> None:
+    w = backend.watch(prefix, backend.revision() + 3)
+    try:
+        for i in range(4):
+            backend.create(prefix + f"f{i}", b"1")
+        events = _events(w, 2)
+        assert [e.kv.key[len(prefix):] for e in events] == ["f2", "f3"]  # f0, f1 come before the start
+    finally:
+        w.close()

@@ -12,47 +12,7 @@ from keyqueue.apiserver.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PA
 from keyqueue.apiserver.protobuf import decode_object
 from keyqueue.apiserver.selectors import parse_field_selector, parse_label_selector
 
-# --------------------------------------------------------------------------- a tiny protobuf encoder
-
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, value: bytes | str | int) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    raw = value.encode() if isinstance(value, str) else value
-    return _varint(number << 3 | 2) + _varint(len(raw)) + raw
-
-
-def _entry(number: int, key: str, value: bytes | str) -> bytes:
-    return _field(number, _field(1, key) + _field(2, value))
-
-
-def encode_configmap(name: str, namespace: str = "", data: dict[str, str] | None = None,
-                     labels: dict[str, str] | None = None, binary: dict[str, bytes] | None = None) -> bytes:
-    """Encode a ConfigMap like gogo-protobuf does (empty strings and zero ints written explicitly)."""
-    meta = _field(1, name) + _field(2, "") + _field(3, namespace) + _field(4, "") + _field(5, "") + _field(6, "")
-    meta += _field(7, 0) + _field(8, b"")  # generation 0, empty creationTimestamp
-    for k, v in (labels or {}).items():
-        meta += _entry(11, k, v)
-    cm = _field(1, meta)
-    for k, v in (data or {}).items():
-        cm += _entry(2, k, v)
-    for k, b in (binary or {}).items():
-        cm += _entry(3, k, b)
-    type_meta = _field(1, "v1") + _field(2, "ConfigMap")
-    return b"k8s\x00" + _field(1, type_meta) + _field(2, cm) + _field(3, "") + _field(4, "")
+from .pb import encode_configmap, field
 
 
 def test_protobuf_configmap_decodes_and_skips_zero_values() -> None:
@@ -68,12 +28,12 @@ def test_protobuf_configmap_decodes_and_skips_zero_values() -> None:
 
 
 def test_protobuf_namespace() -> None:
-    meta = _field(1, _field(1, "team-a") + _field(3, ""))
-    body = b"k8s\x00" + _field(1, _field(1, "v1") + _field(2, "Namespace")) + _field(2, meta + _field(2, b""))
+    meta = field(1, field(1, "team-a") + field(3, ""))
+    body = b"k8s\x00" + field(1, field(1, "v1") + field(2, "Namespace")) + field(2, meta + field(2, b""))
     assert decode_object(body) == {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "team-a"}}
 
 
-@pytest.mark.parametrize("body", [b"nope", b"k8s\x00\x0a\xff", b"k8s\x00" + _field(1, _field(2, "Secret"))])
+@pytest.mark.parametrize("body", [b"nope", b"k8s\x00\x0a\xff", b"k8s\x00" + field(1, field(2, "Secret"))])
 def test_protobuf_rejects_bad_bodies(body: bytes) -> None:
     with pytest.raises(APIError) as info:
         decode_object(body)

@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free port)")
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a throwaway CA (needs openssl)")
     parser.add_argument("--token", action="store_true", help="require a random bearer token (put in the kubeconfig)")
+    parser.add_argument("--compaction-interval", type=float, default=300.0, metavar="SECONDS",
+                        help="compact storage this often, like kube-apiserver (default 300; 0 = never)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None) as s:
+        with TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
+                           compaction_interval=args.compaction_interval or None) as s:
             path = s.write_kubeconfig(args.kubeconfig)
             etcd = f", etcd {s.etcd.client_url} (pid {s.etcd.pid})" if s.etcd is not None else ""
             print(f"keyqueue test API server (Kubernetes API subset: ConfigMaps, Namespaces; not kube-apiserver)\n"

@@ -8,6 +8,7 @@ See :func:`find_etcd_binary` for the lookup order.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -15,10 +16,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -67,6 +70,33 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the child get SIGTERM when its parent dies (Linux only).
+
+    Linux delivers the signal when the *thread* that forked exits, so this is
+    only used when starting from the main thread (whose end is the process's).
+    The libc function is looked up here, in the parent, so that the child only
+    makes the call.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
 def _terminate(proc: subprocess.Popen[bytes], tmpdir: str | None, timeout: float = 10.0) -> None:
     """Stop ``proc`` (SIGTERM, then SIGKILL after ``timeout``) and delete ``tmpdir``."""
     if proc.poll() is None:
@@ -90,7 +120,8 @@ class EtcdProcess:
     is retried with new ports).  :meth:`stop` sends SIGTERM, waits (SIGKILL after
     10 s) and deletes the directory.  Use it as a context manager; a finalizer
     also stops the process when the object is collected or the interpreter
-    exits, so a failing caller does not leak it.
+    exits, so a failing caller does not leak it; on Linux, when started from the
+    main thread, etcd also gets SIGTERM if this process is killed outright.
 
     ``progress_notify_interval`` sets etcd's
     ``--experimental-watch-progress-notify-interval``: idle watches receive a
@@ -114,6 +145,7 @@ class EtcdProcess:
         self.startup_timeout = startup_timeout
         self.client_port = self.peer_port = self.metrics_port = 0
         self.tmpdir: str | None = None
+        self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[[subprocess.Popen[bytes], str | None], EtcdProcess] | None = None
 
@@ -142,20 +174,23 @@ class EtcdProcess:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Self:
         """Launch etcd and block until it is healthy.  Raises :class:`EtcdStartError`."""
-        if self._proc is not None:
-            raise RuntimeError("etcd already started")
-        last_error: EtcdStartError | None = None
-        for _attempt in range(3):
-            try:
-                self._launch()
-                return self
-            except EtcdStartError as exc:
-                last_error = exc
-                self.stop()
-                if "address already in use" not in str(exc):
-                    break
-        assert last_error is not None
-        raise last_error
+        with self._lock:
+            if self._proc is not None:
+                raise RuntimeError("etcd already started")
+            last_error: EtcdStartError | None = None
+            for _attempt in range(3):
+                try:
+                    self._launch()
+                    return self
+                except BaseException as exc:
+                    self.stop()
+                    if not isinstance(exc, EtcdStartError):
+                        raise
+                    last_error = exc
+                    if "address already in use" not in str(exc):
+                        break
+            assert last_error is not None
+            raise last_error
 
     def _launch(self) -> None:
         self.tmpdir = tempfile.mkdtemp(prefix="keyqueue-etcd-")
@@ -180,7 +215,8 @@ class EtcdProcess:
         assert self.log_path is not None
         with open(self.log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent_hook(),
             )
         self._finalizer = weakref.finalize(self, _terminate, self._proc, self.tmpdir)
         self._wait_healthy()
@@ -210,13 +246,14 @@ class EtcdProcess:
 
     def stop(self) -> None:
         """Stop etcd and delete its data directory; blocks until the process is gone.  Idempotent."""
-        finalizer, self._finalizer = self._finalizer, None
-        if finalizer is not None:
-            finalizer()  # runs _terminate once
-        elif self.tmpdir is not None:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-        self._proc = None
-        self.tmpdir = None
+        with self._lock:
+            finalizer, self._finalizer = self._finalizer, None
+            if finalizer is not None:
+                finalizer()  # runs _terminate at most once (also shared with garbage collection/exit)
+            elif self.tmpdir is not None:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self._proc = None
+            self.tmpdir = None
 
     def __enter__(self) -> Self:
         return self.start()

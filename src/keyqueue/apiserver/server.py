@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _APPLY_PATCH: Final = "application/apply-patch+yaml"
 _UNAUTHENTICATED_PATHS: Final = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+_MAX_BODY: Final = 3 * 1024 * 1024  # kube-apiserver's limit for request bodies
 _LIVENESS_POLL: Final = 1.0  # seconds between checks that an idle watch's client is still there
 
 
@@ -104,16 +105,23 @@ class _Handler(BaseHTTPRequestHandler):
                     return b"".join(parts)
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
+                if sum(map(len, parts)) > _MAX_BODY:
+                    raise ValueError("request body too large")
         length = int(self.headers.get("Content-Length") or 0)
+        if length > _MAX_BODY:
+            raise ValueError("request body too large")
         return self.rfile.read(length) if length > 0 else b""
 
     def _head(self, code: int, headers: list[tuple[str, str]]) -> bytes:
-        phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = ""
         lines = [f"HTTP/1.1 {code} {phrase}", f"Date: {email.utils.formatdate(usegmt=True)}"]
         lines += [f"{k}: {v}" for k, v in headers]
         if self.close_connection:
             lines.append("Connection: close")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json",
               warnings: list[str] | None = None) -> None:
@@ -130,9 +138,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         try:
             body = self._read_body()
-        except (ValueError, OSError):
-            self.close_connection = True
-            self._send_json(400, errors.bad_request("malformed request body").status())
+        except (ValueError, OSError) as exc:
+            self.close_connection = True  # the rest of the body was not read: the connection is done
+            code, reason = (413, "RequestEntityTooLarge") if "too large" in str(exc) else (400, "BadRequest")
+            self._send_json(code, errors.APIError(code, reason, f"request body: {exc}").status())
             return
         url = urlsplit(self.path)
         request = _Request(method, url.path.rstrip("/") or "/", parse_qs(url.query, keep_blank_values=True), body,
@@ -236,7 +245,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not readable:
                 return False
             if isinstance(sock, ssl.SSLSocket):
-                return sock.pending() == 0 and not sock.recv(1)
+                # TLS cannot peek; a readable socket may carry only a TLS record (no
+                # application data), so read without blocking.
+                sock.setblocking(False)
+                try:
+                    return not sock.recv(1)
+                except ssl.SSLWantReadError:
+                    return False
+                finally:
+                    sock.setblocking(True)
             return not sock.recv(1, socket.MSG_PEEK)
         except (OSError, ValueError):
             return True

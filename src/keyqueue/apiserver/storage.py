@@ -211,9 +211,10 @@ class Backend(abc.ABC):
 
 
 class _MemoryWatch(BackendWatch):
-    def __init__(self, backend: MemoryBackend, prefix: str) -> None:
+    def __init__(self, backend: MemoryBackend, prefix: str, start_revision: int) -> None:
         self._backend = backend
         self.prefix = prefix
+        self.start_revision = start_revision
         self.queue: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._closed = False
 
@@ -263,7 +264,7 @@ class MemoryBackend(Backend):
         self._history.append(event)
         batch = WatchBatch((event,))
         for w in self._watches:
-            if event.kv.key.startswith(w.prefix):
+            if event.kv.key.startswith(w.prefix) and event.kv.mod_revision >= w.start_revision:
                 w.queue.put(batch)
 
     def _state_at(self, revision: int) -> dict[str, KeyValue]:
@@ -335,9 +336,9 @@ class MemoryBackend(Backend):
             return TxnResult(True, self._rev, current)
 
     def watch(self, prefix: str, start_revision: int) -> BackendWatch:
-        w = _MemoryWatch(self, prefix)
         with self._lock:
             self._check_open()
+            w = _MemoryWatch(self, prefix, start_revision)
             if 0 < start_revision < self._compacted:
                 w.queue.put(CompactedError(start_revision, self._compacted))
                 return w
@@ -406,6 +407,7 @@ class _EtcdWatch(BackendWatch):
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._closed = threading.Event()
+        self._close_lock = threading.Lock()
         self._start_revision = start_revision
         create = etcdrpc.WatchCreateRequest(
             key=prefix.encode(),
@@ -478,9 +480,10 @@ class _EtcdWatch(BackendWatch):
         return
 
     def close(self) -> None:
-        if self._closed.is_set():
-            return
-        self._closed.set()
+        with self._close_lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
         self._requests.put(None)
         self._call.cancel()
         self._thread.join(timeout=5)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
 import secrets
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -21,6 +24,8 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
 __all__ = ["TestAPIServer", "kubeconfig_text"]
+
+log = logging.getLogger(__name__)
 
 
 def _q(value: str) -> str:
@@ -71,7 +76,10 @@ class TestAPIServer:
 
     ``tls=True`` serves HTTPS with a throwaway CA (needs the ``openssl``
     command); ``token`` requires ``Authorization: Bearer <token>``
-    (``token=True`` picks a random one).
+    (``token=True`` picks a random one).  ``compaction_interval`` (seconds):
+    compact storage periodically like kube-apiserver (every 5 min by default
+    there), each time up to the revision seen one interval earlier; ``None``
+    (the default) never compacts on its own.
     """
 
     __test__ = False  # not a pytest test class
@@ -88,6 +96,7 @@ class TestAPIServer:
         token: str | bool | None = None,
         bookmark_interval: float = 1.0,
         unsafe_no_fsync: bool = False,
+        compaction_interval: float | None = None,
     ) -> None:
         self._backend_choice = backend
         self._etcd_given = etcd
@@ -98,6 +107,9 @@ class TestAPIServer:
         self.tls = tls
         self.token: str | None = secrets.token_urlsafe(24) if token is True else (token or None)
         self.bookmark_interval = bookmark_interval
+        self.compaction_interval = compaction_interval
+        self._compactor: threading.Thread | None = None
+        self._stop_compactor = threading.Event()
         self.etcd: EtcdProcess | None = None
         self._owns_etcd = False
         self._backend: Backend | None = None
@@ -105,6 +117,7 @@ class TestAPIServer:
         self._server: APIServer | None = None
         self._tmpdir: Path | None = None
         self.ca_cert: Path | None = None
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ accessors
     @property
@@ -143,11 +156,14 @@ class TestAPIServer:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Self:
         """Start everything; on failure, stop what was started and re-raise."""
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+        with self._lock:
+            if self._server is not None:
+                raise RuntimeError("TestAPIServer already started")
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def _start(self) -> None:
@@ -161,7 +177,8 @@ class TestAPIServer:
             if self._etcd_given is not None:
                 self.etcd = self._etcd_given
             else:
-                self.etcd = EtcdProcess(unsafe_no_fsync=self._unsafe_no_fsync)
+                self.etcd = EtcdProcess(unsafe_no_fsync=self._unsafe_no_fsync,
+                                        progress_notify_interval=min(self.bookmark_interval, 1.0))
                 self._owns_etcd = True
                 self.etcd.start()
             self._backend = EtcdBackend(self.etcd.endpoint)
@@ -178,21 +195,43 @@ class TestAPIServer:
                                  ssl_context=ssl_context, bookmark_interval=self.bookmark_interval)
         self._server.start()
         self.write_kubeconfig(self.kubeconfig_path)
+        if self.compaction_interval:
+            self._compactor = threading.Thread(target=self._compact_periodically, args=(self.compaction_interval,),
+                                               name="apiserver-compactor", daemon=True)
+            self._compactor.start()
+
+    def _compact_periodically(self, interval: float) -> None:
+        previous = 0
+        while not self._stop_compactor.wait(interval):
+            try:
+                current = self.backend.revision()
+                if previous:
+                    self.backend.compact(previous)
+                previous = current
+            except Exception:  # storage going away during stop; the next round retries
+                log.debug("periodic compaction failed", exc_info=True)
 
     def stop(self) -> None:
-        """Stop the HTTP server, close storage, stop an etcd this object started.  Idempotent."""
-        if self._server is not None:
-            self._server.stop()
-        if self._registry is not None:
-            self._registry.close_watches()
-        if self._backend is not None and not isinstance(self._backend_choice, Backend):
-            self._backend.close()
-        if self.etcd is not None and self._owns_etcd:
-            self.etcd.stop()
-        self._owns_etcd = False
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        """Stop the HTTP server, close storage, stop an etcd this object started.
+
+        Blocks until all of it is down.  Idempotent; the object cannot be started again.
+        """
+        with self._lock:
+            self._stop_compactor.set()
+            if self._compactor is not None:
+                self._compactor.join()
+            if self._server is not None:
+                self._server.stop()
+            if self._registry is not None:
+                self._registry.close_watches()
+            if self._backend is not None and not isinstance(self._backend_choice, Backend):
+                self._backend.close()
+            if self.etcd is not None and self._owns_etcd:
+                self.etcd.stop()
+            self._owns_etcd = False
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                self._tmpdir = None
 
     def stop_server(self) -> None:
         """Stop only the HTTP server (storage and etcd keep running); open watch streams end."""
@@ -216,10 +255,13 @@ class TestAPIServer:
 
     # ------------------------------------------------------------------ clients
     def write_kubeconfig(self, path: str | Path) -> Path:
-        """Write a kubeconfig for this server to ``path`` and return the path."""
+        """Write a kubeconfig for this server to ``path`` (mode 0600, parents created); return the path."""
         path = Path(path)
         ca = self.ca_cert.read_bytes() if self.ca_cert is not None else None
-        path.write_text(kubeconfig_text(self.url, ca_pem=ca, token=self.token))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(kubeconfig_text(self.url, ca_pem=ca, token=self.token))
         return path
 
     def configuration(self) -> Configuration:

@@ -1,0 +1,23 @@
+"""The API server benchmark runs (smoke mode: a few iterations, no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.etcd
+def test_bench_apiserver_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_apiserver.py"), "--smoke",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"update", "patch", "write->watch"}
+    assert all(r["n"] == 20 and r["median_ms"] > 0 for r in report["results"].values())
