@@ -107,8 +107,8 @@ class PriorityCore(Generic[T]):
     """The priority-queue state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
     ``clock`` is read only when something needs the time (delayed keys, metrics). ``fast_dirty`` is always an
-    empty set: a re-add of a queued key can raise its priority, so the shells' lock-free dedup probe must not
-    short-circuit any add.
+    empty set: a re-add of a queued key can raise its priority, so the plain shells' lock-free dedup probe must not
+    short-circuit any add (the priority shells probe ``fast_items`` instead, comparing priorities).
     """
 
     __slots__ = (
@@ -121,6 +121,7 @@ class PriorityCore(Generic[T]):
         "clock",
         "draining",
         "fast_dirty",
+        "fast_items",
         "metrics",
         "processing",
         "shutting_down",
@@ -142,6 +143,9 @@ class PriorityCore(Generic[T]):
         self.shutting_down = False
         self.draining = False
         self.fast_dirty: frozenset[T] = frozenset()
+        # What the priority shells may probe without their lock for a dedup (see PriorityAdds.add): the entry map
+        # itself, or None for a core that must see every add (CountingPriorityCore).
+        self.fast_items: dict[T, tuple[int, int, T] | tuple[int, int, int, T]] | None = self._items
 
     # -- adds ---------------------------------------------------------------------------------------------
 
@@ -192,7 +196,12 @@ class PriorityCore(Generic[T]):
         """
         check_hashable(item)
         check_priority(priority)
-        delay = check_delay(after)
+        return self.add_checked(item, priority, check_delay(after), rate_limiter)
+
+    def add_checked(self, item: T, priority: int, delay: float, rate_limiter: RateLimiter[T] | None) -> AddResult:
+        """:meth:`add_with_opts` for arguments already validated (the shells validate before taking their lock):
+        a hashable item, an int priority, a float delay that is not NaN. An unhashable item raises the built-in
+        ``TypeError`` before anything changes."""
         if self.shutting_down:
             return DROPPED
         if rate_limiter is not None:
@@ -438,6 +447,7 @@ class CountingPriorityCore(PriorityCore[T]):
 
     def __init__(self, clock: Clock, metrics: PriorityMetricsRecorder | None = None) -> None:
         super().__init__(clock, metrics)
+        self.fast_items = None
         # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
         self._counts = [0] * 10
 
@@ -453,15 +463,8 @@ class CountingPriorityCore(PriorityCore[T]):
     def add(self, item: T, at_ns: int | None = None, *, priority: int = 0) -> AddResult:
         return self._count(super().add(item, at_ns, priority=priority))
 
-    def add_with_opts(
-        self,
-        item: T,
-        *,
-        priority: int = 0,
-        after: float = 0.0,
-        rate_limiter: RateLimiter[T] | None = None,
-    ) -> AddResult:
-        return self._count(super().add_with_opts(item, priority=priority, after=after, rate_limiter=rate_limiter))
+    def add_checked(self, item: T, priority: int, delay: float, rate_limiter: RateLimiter[T] | None) -> AddResult:
+        return self._count(super().add_checked(item, priority, delay, rate_limiter))
 
     def _promoted(self, outcome: AddResult) -> None:
         self._counts[9] += 1

@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import check_timeout
 from keyqueue._priority_core import check_priority
@@ -271,7 +271,8 @@ class _Collector:
             errors.add_metric([m.name], v["errors"])
             terminal.add_metric([m.name], v["terminal_errors"])
             panics.add_metric([m.name], v["panics"])
-            buckets = [(repr(b), c) for b, c in zip(RECONCILE_TIME_BUCKETS, v["time_buckets"], strict=True)]
+            # `le` as Go writes it ("1", not "1.0")
+            buckets = [(f"{b:g}", c) for b, c in zip(RECONCILE_TIME_BUCKETS, v["time_buckets"], strict=True)]
             buckets.append(("+Inf", v["time_count"]))
             hist.add_metric([m.name], buckets, v["time_sum"])
             active.add_metric([m.name], v["active_workers"])
@@ -357,14 +358,14 @@ class ControllerBase(Generic[T]):
                     self.name, key, q.num_requeues(key), exc, exc_info=exc if panic else None,
                 )
                 return
-            assert result is None or isinstance(result, Result)
+            res = cast(Result | None, result)  # checked above
             q.forget(key)
-            if result is not None and result.requeue_after > 0:
+            if res is not None and res.requeue_after > 0:
                 if self._priority:
-                    p = result.priority if result.priority is not None else priority
-                    q.add_after(key, result.requeue_after, priority=p)
+                    p = res.priority if res.priority is not None else priority
+                    q.add_after(key, res.requeue_after, priority=p)
                 else:
-                    q.add_after(key, result.requeue_after)
+                    q.add_after(key, res.requeue_after)
                 outcome = "requeue_after"
             else:
                 outcome = "success"

@@ -17,9 +17,11 @@ exact as soon as ``add`` returns; there is no background flusher); ``shut_down()
 ``get()`` still hands out the ready keys, then raises :class:`~keyqueue.ShutDown` (controller-runtime drops them).
 The default rate limiter is controller-runtime's: per-key exponential 5 ms .. 1000 s, no token bucket.
 
-Metrics (for a named queue with a provider): the queue's metrics with controller-runtime's priority-queue meaning
-(adds and depth count a key when it becomes ready; retries count adds whose effective delay is > 0), plus depth per
-priority (see :class:`PriorityDepth`), whose priority label is capped at 25 distinct values.
+Metrics (for a named queue with a provider): the queue's metrics under their usual names, with controller-runtime's
+priority-queue meaning (adds and depth count a key when it becomes ready, so a waiting key is not in depth; queue
+latency runs from becoming ready to hand-out; retries count adds whose effective delay is > 0, merged or not), plus
+depth per priority label (:meth:`PriorityQueue.depth_by_priority`, labels capped at 25 distinct values, see
+:class:`PriorityDepth`). The per-priority depth is not yet part of the Prometheus exposition.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 from collections.abc import Hashable
 from typing import Any, Final, Generic, TypeVar, cast
 
-from keyqueue._core import DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
+from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
 from keyqueue.clock import Clock
 from keyqueue.metrics import recorder_for
@@ -134,6 +136,7 @@ class PriorityAdds(Generic[T]):
     _lock: threading.Lock
     _pcore: PriorityCore[T]
     _precorder: PriorityRecorder | None
+    _fast_items: dict[T, Any] | None
     rate_limiter: RateLimiter[T]
     clock: Clock
     name: str
@@ -143,10 +146,17 @@ class PriorityAdds(Generic[T]):
 
     def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
         # The shells' construction hook: called once from their __init__, with self.clock and self._lock set.
-        core, self._precorder = new_priority_core(name, metrics_provider, stats, self.clock, self._lock)
+        core, self._precorder = self._new_priority_core(name, metrics_provider, stats)
         self._pcore = core
+        self._fast_items = core.fast_items
         # The shell drives the core only through the QueueCore methods PriorityCore also offers.
         return cast(QueueCore[T], core)
+
+    def _new_priority_core(
+        self, name: str, metrics_provider: Any, stats: bool
+    ) -> tuple[PriorityCore[T], PriorityRecorder | None]:
+        """Build the state machine and its recorder (a subclass may wrap or replace them, e.g. to log)."""
+        return new_priority_core(name, metrics_provider, stats, self.clock, self._lock)
 
     def _handed_out_priority(self, item: T) -> int:
         with self._lock:
@@ -166,18 +176,47 @@ class PriorityAdds(Generic[T]):
         Returns :class:`~keyqueue.AddResult`: ``QUEUED`` (joined a ready line), ``MARKED`` (being processed; ready
         again after ``done``), ``DEDUP`` (already ready at this priority or higher), ``DELAYED`` / ``DELAY_KEPT``
         (waiting; its time or priority changed / nothing changed), ``DROPPED`` (shut down: nothing happens, the
-        limiter is not consulted). Raises ``TypeError`` for an unhashable item, a non-int priority or a non-number
+        limiter is not consulted; an immediate add of a key that is still ready may answer ``DEDUP`` instead, as
+        the plain queues do). Raises ``TypeError`` for an unhashable item, a non-int priority or a non-number
         ``after``, ``ValueError`` for a NaN ``after``; then nothing changed (the limiter recorded nothing).
         """
-        check_hashable(item)
-        check_priority(priority)
-        delay = check_delay(after)
-        limiter = self.rate_limiter if rate_limited else None
-        with self._lock:
-            outcome = self._pcore.add_with_opts(item, priority=priority, after=delay, rate_limiter=limiter)
+        if priority.__class__ is not int:
+            check_priority(priority)  # raises (bool and int subclasses too)
+        if after.__class__ is not float or after != after:
+            after = check_delay(after)
+        limiter: RateLimiter[T] | None = None
+        if rate_limited:
+            check_hashable(item)  # before the limiter records anything
+            limiter = self.rate_limiter
+        elif after <= 0:
+            # Lock-free dedup. If the probe finds a live *ready* entry of item at a priority >= the new one, this add
+            # is linearised at the probe: at that instant the locked algorithm would also return without a change
+            # (a ready key stays ready and keeps the higher priority, whether or not it is being processed; after
+            # shutdown every add is a no-op), and a hand-out of the key at that priority or higher is already
+            # guaranteed. The probe is one dict lookup plus reads of an immutable tuple; the dict is written only
+            # under the lock and such reads are atomic in CPython with or without the GIL. Anything else (a miss, a
+            # waiting entry, a lower priority, a counting core's None) takes the lock.
+            items = self._fast_items
+            if items is not None:
+                try:
+                    entry = items.get(item)
+                except TypeError:
+                    check_hashable(item)
+                    raise
+                if entry is not None and len(entry) == 3 and -entry[0] >= priority:
+                    return DEDUP
+        lock = self._lock
+        lock.acquire()
+        try:
+            outcome = self._pcore.add_checked(item, priority, after, limiter)
             if outcome in (QUEUED, DELAYED):
                 self._wake_getter()
-        return outcome
+            return outcome
+        except TypeError:
+            check_hashable(item)  # an unhashable item: raise the clear message (nothing changed)
+            raise
+        finally:
+            lock.release()
 
     def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
         """``add(item, priority=priority, after=delay)``. Unlike client-go's delaying queue, a delayed add merges

@@ -12,7 +12,7 @@ from keyqueue import AddResult, FakeClock, ItemExponentialFailureRateLimiter, Sh
 
 def drain(q: Any) -> list[tuple[Any, int]]:
     """Every key that can be handed out now, as (key, priority), each done at once."""
-    out = []
+    out: list[tuple[Any, int]] = []
     while True:
         try:
             key, prio = q.get_with_priority(timeout=0)

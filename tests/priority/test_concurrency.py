@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from keyqueue import PriorityQueue, ShutDown, aio
-from keyqueue._core import EMPTY, AddResult, QueueCore, _Empty
+from keyqueue._core import EMPTY, AddResult, _Empty
 from keyqueue._priority_core import PriorityCore
 from keyqueue.metrics import SnapshotMetricsProvider, recorder_for
 from keyqueue.priority import PriorityRecorder
@@ -101,24 +101,28 @@ class DepthProbe:
         self.inner.retry()
 
 
+TICK = itertools.count()  # one global order of events; next() on it is atomic under the GIL
+
+
 class LoggedCore(PriorityCore[str]):
-    """Appends (op, key, priority) to ``log`` inside the queue's lock (the shell holds it around every call)."""
+    """Appends (op, key, priority, tick) to ``log`` inside the queue's lock (the shell holds it around every call).
+    Adds that the shell answers lock-free (a dedup of a ready key) never reach the core and are not logged."""
 
     log: list[tuple[Any, ...]]
 
-    def add_with_opts(
-        self, item: str, *, priority: int = 0, after: float = 0.0, rate_limiter: RateLimiter[str] | None = None
+    def add_checked(
+        self, item: str, priority: int, delay: float, rate_limiter: RateLimiter[str] | None
     ) -> AddResult:
-        outcome = super().add_with_opts(item, priority=priority, after=after, rate_limiter=rate_limiter)
+        outcome = super().add_checked(item, priority, delay, rate_limiter)
         if outcome != AddResult.DROPPED:
-            self.log.append(("add", item, priority))
+            self.log.append(("add", item, priority, next(TICK)))
         return outcome
 
     def pop_with_priority(self) -> tuple[str, int] | _Empty:
         got = super().pop_with_priority()
         if got is not EMPTY:
             assert isinstance(got, tuple)
-            self.log.append(("get", got[0], got[1]))
+            self.log.append(("get", got[0], got[1], next(TICK)))
         return got
 
     def done(self, item: str) -> bool:
@@ -127,19 +131,30 @@ class LoggedCore(PriorityCore[str]):
 
 
 class LoggedPQ(PriorityQueue[str]):
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[str]:
+    def _new_priority_core(
+        self, name: str, metrics_provider: Any, stats: bool
+    ) -> tuple[PriorityCore[str], PriorityRecorder | None]:
         inner = recorder_for(name, metrics_provider, self.clock, self._lock)
         assert inner is not None
-        self._precorder = PriorityRecorder(inner)
-        self.probe = DepthProbe(self._precorder)
+        recorder = PriorityRecorder(inner)
+        self.probe = DepthProbe(recorder)
         core = LoggedCore(self.clock, self.probe)
         core.log = []
-        self._pcore = core
-        return cast(QueueCore[str], core)
+        return core, recorder
 
     @property
     def log(self) -> list[tuple[Any, ...]]:
         return cast(LoggedCore, self._pcore).log
+
+
+class BrokenFastPathPQ(LoggedPQ):
+    """A mutation control for the lock-free dedup: it answers DEDUP for any ready key, ignoring the priority."""
+
+    def add(self, item: str, *, priority: int = 0, after: float = 0.0, rate_limited: bool = False) -> AddResult:
+        entry = self._pcore._items.get(item)
+        if entry is not None and len(entry) == 3:
+            return AddResult.DEDUP
+        return super().add(item, priority=priority, after=after, rate_limited=rate_limited)
 
 
 class NaivePQ:
@@ -155,7 +170,7 @@ class NaivePQ:
     def add(self, key: str, *, priority: int = 0) -> None:
         with self.cond:
             heapq.heappush(self.heap, (-priority, next(self.seq), key))
-            self.log.append(("add", key, priority))
+            self.log.append(("add", key, priority, next(TICK)))
             self.cond.notify()
 
     def get_with_priority(self, timeout: float | None = None) -> tuple[str, int]:
@@ -165,7 +180,7 @@ class NaivePQ:
                     raise ShutDown
                 self.cond.wait(timeout)
             neg, _, key = heapq.heappop(self.heap)
-            self.log.append(("get", key, -neg))
+            self.log.append(("get", key, -neg, next(TICK)))
             return key, -neg
 
     def done(self, key: str) -> None:
@@ -204,21 +219,49 @@ def replay(log: list[tuple[Any, ...]]) -> dict[str, int]:
     return v
 
 
+def lost_adds(log: list[tuple[Any, ...]], adds: list[tuple[int, int, str, int]]) -> tuple[int, int]:
+    """Check every add as its producer saw it — (tick before, tick after, key, priority) — including the ones the
+    queue answered without its lock: the first hand-out of the key after the add returned must have at least that
+    priority. Adds with a hand-out of their key between the two ticks are ambiguous and skipped. Returns (lost,
+    checked)."""
+    gets: dict[str, list[tuple[int, int]]] = {}
+    for ev in log:
+        if ev[0] == "get":
+            gets.setdefault(ev[1], []).append((ev[3], ev[2]))
+    lost = checked = 0
+    for before, after, key, prio in adds:
+        ticks = gets.get(key, [])
+        if any(before < t < after for t, _ in ticks):
+            continue
+        checked += 1
+        nxt = next((p for t, p in ticks if t > after), None)
+        if nxt is None or nxt < prio:
+            lost += 1
+    return lost, checked
+
+
 def run_fuzz(q: Any, *, producers: int, consumers: int, adds: int, keys: int, seed: int) -> dict[str, int]:
     """Producers add random keys at random priorities while consumers take, hold briefly and finish keys.
     Returns the replay's counts plus 'overlap' from the consumers' own same-key detector."""
     lock = threading.Lock()
     in_flight: set[str] = set()
     overlap = [0]
+    added: list[tuple[int, int, str, int]] = []
     start = threading.Barrier(producers + consumers, timeout=5)
 
     def produce(i: int) -> None:
         rnd = random.Random(seed * 1000 + i)
         start.wait()
+        mine = []
         for _ in range(adds):
-            q.add(f"k{rnd.randrange(keys)}", priority=rnd.randint(-3, 3))
+            key, prio = f"k{rnd.randrange(keys)}", rnd.randint(-3, 3)
+            before = next(TICK)
+            q.add(key, priority=prio)
+            mine.append((before, next(TICK), key, prio))
             if rnd.random() < 0.05:
                 time.sleep(0)  # let the consumers in (the GIL would otherwise favour one tight loop)
+        with lock:
+            added.extend(mine)
 
     def consume(i: int) -> None:
         rnd = random.Random(seed * 1000 + 500 + i)
@@ -250,6 +293,7 @@ def run_fuzz(q: Any, *, producers: int, consumers: int, adds: int, keys: int, se
     assert not any(t.is_alive() for t in threads + workers)
     counts = replay(q.log)
     counts["overlap"] = overlap[0]
+    counts["lost"], counts["checked"] = lost_adds(q.log, added)
     return counts
 
 
@@ -263,6 +307,8 @@ def test_fuzz_priority_queue_threads() -> None:
         assert counts["priority"] == 0
         assert counts["phantom"] == 0
         assert counts["overlap"] == 0
+        assert counts["lost"] == 0
+        assert counts["checked"] > 1000
         assert q.probe.negative == 0
         # Everything was handed out and finished: every depth is back to 0, and len agrees.
         assert len(q) == 0
@@ -270,12 +316,17 @@ def test_fuzz_priority_queue_threads() -> None:
         snap = provider.snapshot()[f"fuzz-{seed}"]
         assert snap.depth == 0
         assert snap.adds == counts["gets"]  # a key is counted once each time it becomes ready
-        print(seed, counts)
+
+
+def test_fuzz_control_broken_fast_path_loses_adds() -> None:
+    counts = run_fuzz(BrokenFastPathPQ(name="broken", metrics_provider=SnapshotMetricsProvider()),
+                      producers=4, consumers=4, adds=2500, keys=32, seed=11)
+    assert counts["lost"] > 0  # a raise of priority answered "dedup" is seen by the producers' check
 
 
 def test_fuzz_control_naive_priority_queue_is_caught() -> None:
     counts = run_fuzz(NaivePQ(), producers=4, consumers=4, adds=2500, keys=32, seed=7)
-    print(counts)
     assert counts["phantom"] > 0  # duplicates handed out with no add in between
+    assert counts["priority"] > 0  # a duplicate's own priority, not the key's highest
     assert counts["double"] > 0  # the same key handed to a second consumer before done
     assert counts["overlap"] > 0  # and the consumers' own detector saw two holders at once

@@ -8,6 +8,7 @@ compaction (forced here by shrinking the compaction threshold), or in the outcom
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
