@@ -20,8 +20,9 @@ thread takes the same lock, so no two handler calls of one informer ever overlap
 usual one is ``queue.add(key)``, which the threading and the asyncio queues both accept from any thread). A
 handler that raises is logged (logger ``keyqueue.informer``) and counted; the other handlers and the watch go on.
 
-Objects are the JSON dicts from the server (no ``kubernetes.client`` model classes: the stream is decoded with
-``json.loads`` only, several times faster than the client's model deserialisation). Do not mutate them.
+Objects are the JSON dicts from the server, not ``kubernetes.client`` model classes: each watch line is decoded with
+``json.loads`` only (measured on a small ConfigMap event: 3 µs, against 23 µs for ``watch.Watch``'s
+deserialisation into ``V1ConfigMap``). Do not mutate them.
 """
 
 from __future__ import annotations
@@ -322,8 +323,9 @@ class Informer:
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop watching and join the informer's threads (up to ``timeout`` seconds). Idempotent.
 
-        The open watch's socket is shut down, so a blocked read returns at once. Returns ``True`` when every
-        thread ended. Handlers are not called after this returns ``True``; the store keeps its last contents.
+        The open watch's (or list's) socket is shut down, so a blocked read returns at once; a request still
+        waiting for the server's response headers ends within its timeouts. Returns ``True`` when every thread
+        ended. Handlers are not called after this returns ``True``; the store keeps its last contents.
         Must not be called from a handler (it would wait for its own thread): raises ``RuntimeError`` then.
         """
         if threading.current_thread() in self._threads:
@@ -382,6 +384,7 @@ class Informer:
 
     def _run(self) -> None:
         need_list = True
+        gone_at = -1  # events + bookmarks applied when the last 410 came: two 410s without progress back off
         while not self._stop_event.is_set():
             try:
                 if need_list:
@@ -391,17 +394,18 @@ class Informer:
                 self._watch()
             except _Stopped:
                 break
-            except _Gone:
-                self._stats.gone += 1
-                log.info("informer %s: resourceVersion %s expired (410): relisting", self.name, self._rv)
-                need_list = True
             except Exception as exc:
                 if self._stop_event.is_set():
                     break
-                if _status(exc) == _GONE and not need_list:  # 410 at watch start: relist at once
+                if isinstance(exc, _Gone) or (_status(exc) == _GONE and not need_list):
+                    # 410: the resourceVersion was compacted away (ERROR event, or HTTP 410 at watch start)
                     self._stats.gone += 1
-                    log.info("informer %s: resourceVersion %s expired (HTTP 410): relisting", self.name, self._rv)
+                    log.info("informer %s: resourceVersion %s expired (410): relisting", self.name, self._rv)
                     need_list = True
+                    progress = self._stats.events + self._stats.bookmarks
+                    if progress == gone_at and self._stop_event.wait(self._backoff.next()):
+                        break
+                    gone_at = progress
                     continue
                 if not need_list:
                     self._stats.watch_errors += 1

@@ -23,11 +23,16 @@ The same load with standard tools (``wrk`` is in Debian; k6 works the same way):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import ipaddress
+import json
 import math
+import os
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -37,7 +42,16 @@ from urllib.parse import urlsplit
 
 from keyqueue.lab.common import add_json_argument, human_stream, write_json
 
-__all__ = ["LoadResult", "add_arguments", "check_loopback_url", "main", "percentile", "run", "run_load"]
+__all__ = [
+    "LoadResult",
+    "add_arguments",
+    "check_loopback_url",
+    "main",
+    "percentile",
+    "run",
+    "run_load",
+    "run_load_subprocess",
+]
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -86,6 +100,7 @@ class LoadResult:
     mean_ms: float
     statuses: dict[str, int] = field(default_factory=dict)
     first_error: str = ""
+    cpu_s: float = math.nan  #: CPU time (user + system) this process used while the requests ran
 
     def summary(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,9 +201,11 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
         t.start()
     start_gate.wait()
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t_start
+    cpu = time.process_time() - cpu_start
     all_ms = sorted(ns / 1e6 for lst in latencies for ns in lst)
     done = min(next_index, requests)
     return LoadResult(
@@ -206,7 +223,28 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
         mean_ms=sum(all_ms) / len(all_ms) if all_ms else math.nan,
         statuses=statuses,
         first_error=first_error,
+        cpu_s=cpu,
     )
+
+
+def run_load_subprocess(url: str, requests: int, concurrency: int, keys: int = 20,
+                        timeout: float = 600.0) -> LoadResult:
+    """:func:`run_load` in a child process (``python -m keyqueue.lab.load``), so that the client does not compete
+    for the caller's GIL. Raises ``RuntimeError`` if the child fails to produce a result within ``timeout``."""
+    fd, path = tempfile.mkstemp(prefix="keyqueue-load-", suffix=".json")
+    os.close(fd)
+    try:
+        cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
+               "--concurrency", str(concurrency), "--keys", str(keys), "--json", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode not in (0, 1):  # 1 = some requests failed: still a result
+            raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return LoadResult(**data)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,12 @@
 """``keyqueue-lab pipeline``: HTTP trigger → API server → etcd → watch → informer → queue → worker, timed.
 
 ``POST /trigger/{name}`` updates (or creates) ConfigMap ``default/{name}`` through the official ``kubernetes``
-client. The API server (the project's Kubernetes-API-compatible test server on etcd or in memory, started here,
-or a real cluster via ``--kubeconfig``) sends the change down the informer's watch; the informer's handler adds
-``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; ``--workers`` threads take keys and reconcile
-(read the object from the informer's cache, then a simulated piece of work).
+client. The API server (the project's Kubernetes-API-compatible test server on etcd or in memory, started here
+in a child process like a real cluster's, or in threads of this process with ``--apiserver thread``; or a real
+cluster via ``--kubeconfig``) sends the change down the informer's watch (:mod:`keyqueue.informer`); the
+informer's handler adds ``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; a
+:class:`keyqueue.Controller` with ``--workers`` threads takes keys and reconciles (reads the object from the
+informer's cache, then a simulated piece of work, a GIL-releasing sleep).
 
 Every stage is timed inside this process with ``time.perf_counter_ns``:
 
@@ -48,7 +50,7 @@ from keyqueue._core import DEDUP, MARKED, QUEUED
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
 from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
-from keyqueue.lab.load import LoadResult, percentile, run_load
+from keyqueue.lab.load import LoadResult, percentile, run_load, run_load_subprocess
 from keyqueue.lab.race import SameKeyDetector
 from keyqueue.threaded import RateLimitingQueue
 
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 501: "Not Implemented", 502: "Bad Gateway",
+                   503: "Service Unavailable"}
 _MAX_UNMATCHED: Final = 50_000  # bound on bookkeeping of write/event pairs that never meet (foreign writes)
 
 
@@ -87,7 +91,9 @@ class PipelineConfig:
     reconcile: float = 0.002  #: seconds of simulated work per reconcile (a GIL-releasing sleep)
     log_lines: int = 10  #: per-event log lines printed per kind; -1 = all, 0 = none
     stats_interval: float = 5.0  #: seconds between [STATS] lines while serving; 0 = only at the end
-    unsafe_no_fsync: bool = False  #: start etcd with --unsafe-no-fsync (faster, not durable)
+    unsafe_no_fsync: bool = False  #: start etcd with --unsafe-no-fsync (faster, not durable; in-process server only)
+    apiserver_process: bool = False  #: run the test API server in a child process (its own GIL) instead of here
+    switch_interval: float | None = None  #: sys.setswitchinterval while running (None: leave the interpreter's)
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,16 @@ def microbench_queue(cycles: int = 20_000) -> dict[str, float]:
     return {k: percentile(sorted(v), 50) for k, v in per.items()}
 
 
+def _child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                found.extend(int(x) for x in fh.read().split())
+    return found
+
+
 # -- the trigger HTTP server -------------------------------------------------------------------------------------
 
 
@@ -179,11 +195,12 @@ class _TriggerHandler(BaseHTTPRequestHandler):
         return
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        # Status line, headers and body in one write: one segment on the wire (TCP_NODELAY is on), one syscall.
+        head = (f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n")
+        if self.close_connection:
+            head += "Connection: close\r\n"
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
     def _send_json(self, code: int, obj: Any) -> None:
         self._send(code, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
@@ -301,7 +318,6 @@ class _TimedQueue(RateLimitingQueue[str]):
         return requeued
 
 
-
 class Pipeline:
     """The whole mode-2 path in one object. :meth:`start` it (or ``with Pipeline(cfg) as p:``), send triggers
     (HTTP ``POST {url}/trigger/{name}`` or :meth:`trigger`), then :meth:`wait_reconciled`, :meth:`verify`,
@@ -325,6 +341,9 @@ class Pipeline:
             raise ValueError(f"backend must be 'etcd' or 'memory', got {cfg.backend!r}")
         if not cfg.reconcile >= 0:
             raise ValueError(f"reconcile must be >= 0 seconds, got {cfg.reconcile!r}")
+        if cfg.switch_interval is not None and not cfg.switch_interval > 0:
+            raise ValueError(f"switch_interval must be > 0 seconds, got {cfg.switch_interval!r}")
+        self._saved_switch_interval: float | None = None
         self._reconcile_hook = reconcile
         self.out = out if out is not None else sys.stdout
         self._out_lock = threading.Lock()
@@ -339,6 +358,7 @@ class Pipeline:
         self._active = 0  # reconciles running now (workers - active = workers waiting in get)
         self._worker_ids: dict[str, int] = {}
         self._trigger_seq = 0
+        self._run_id = os.urandom(4).hex()
         self._triggers = 0
         self._trigger_errors = 0
         self._reconcile_seq = 0
@@ -348,6 +368,10 @@ class Pipeline:
         self._log_counts: dict[str, int] = {}
         self.detector = SameKeyDetector()
         self._apiserver: Any = None
+        self._child: subprocess.Popen[str] | None = None
+        self._child_dir: str | None = None
+        self._child_kubeconfig = ""
+        self._child_reader: threading.Thread | None = None
         self._clients: list[Any] = []
         self._api: Any = None
         self.informer: Informer | None = None
@@ -376,11 +400,11 @@ class Pipeline:
         from kubernetes import client
         from kubernetes import config as kube_config
 
-        cfg = self.config
-        if cfg.kubeconfig:
+        kubeconfig = self.config.kubeconfig or self._child_kubeconfig
+        if kubeconfig:
             conf = client.Configuration()
             load: Any = kube_config.load_kube_config
-            load(config_file=cfg.kubeconfig, client_configuration=conf)
+            load(config_file=kubeconfig, client_configuration=conf)
         else:
             conf = self._apiserver.configuration()
         conf.connection_pool_maxsize = 64  # one keep-alive connection per trigger thread, never discarded
@@ -390,7 +414,12 @@ class Pipeline:
         from kubernetes import client
 
         cfg = self.config
-        if not cfg.kubeconfig:
+        if cfg.switch_interval is not None:
+            self._saved_switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(cfg.switch_interval)
+        if cfg.apiserver_process and not cfg.kubeconfig:
+            self._start_child_apiserver()
+        elif not cfg.kubeconfig:
             from keyqueue.apiserver import TestAPIServer
 
             backend: Any = cfg.backend  # checked in __init__
@@ -432,6 +461,52 @@ class Pipeline:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
 
+    def _start_child_apiserver(self) -> None:
+        """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
+        self._child_dir = tempfile.mkdtemp(prefix="keyqueue-pipeline-")
+        path = os.path.join(self._child_dir, "kubeconfig")
+        cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend]
+        self._child = child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        ready = threading.Event()
+
+        def drain() -> None:  # reads the child's output to its end, so that it never blocks on a full pipe
+            assert child.stdout is not None
+            for line in child.stdout:
+                if len(lines) < 200:
+                    lines.append(line)
+                if line.startswith("stop with"):  # the banner's last line: the kubeconfig is written
+                    ready.set()
+            ready.set()  # the child exited
+
+        self._child_reader = threading.Thread(target=drain, name="apiserver-child-output", daemon=True)
+        self._child_reader.start()
+        ready.wait(60)
+        if not os.path.exists(path) or child.poll() is not None:
+            raise RuntimeError("the API server child process did not start:\n" + "".join(lines))
+        self._child_kubeconfig = path
+
+    def _stop_child_apiserver(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            if child.poll() is None:
+                child.terminate()  # SIGTERM: it stops its server and etcd
+                try:
+                    child.wait(15)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait(5)
+            if self._child_reader is not None:
+                self._child_reader.join(5.0)  # it reaches the end of the output now that the child is gone
+                self._child_reader = None
+            if child.stdout is not None:
+                child.stdout.close()
+        if self._child_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._child_dir, ignore_errors=True)
+            self._child_dir = None
+
     @property
     def url(self) -> str:
         """The trigger server's base URL (``http://127.0.0.1:PORT``)."""
@@ -470,6 +545,10 @@ class Pipeline:
         self._clients = []
         if self._apiserver is not None:
             self._apiserver.stop()
+        self._stop_child_apiserver()
+        if self._saved_switch_interval is not None:
+            sys.setswitchinterval(self._saved_switch_interval)
+            self._saved_switch_interval = None
 
     def __enter__(self) -> Pipeline:
         return self.start()
@@ -515,7 +594,7 @@ class Pipeline:
         with self._lock:
             self._trigger_seq += 1
             seq = self._trigger_seq
-        data = {"trigger-seq": str(seq)}
+        data = {"trigger-seq": str(seq), "trigger-run": self._run_id}  # never a no-op write (which keeps the RV)
         exists = self.informer.store.get_by_key(key) is not None
         t_api = time.perf_counter_ns()
         try:
@@ -718,6 +797,29 @@ class Pipeline:
                 violations=self.detector.violations,
             )
 
+    def reset_measurements(self) -> None:
+        """Forget the latency samples taken so far (e.g. after a warm-up). Counters and the verification's
+        per-name bookkeeping are kept."""
+        with self._lock:
+            self._samples = _Samples()
+            if self.queue is not None:
+                self.queue.done_ns = []
+
+    def process_ids(self) -> dict[str, int]:
+        """PIDs of the processes on the path: ``pipeline`` (this one), ``apiserver`` (this one unless
+        ``apiserver_process``), ``etcd`` (when the test API server runs on etcd). Empty entries are left out."""
+        pids = {"pipeline": os.getpid()}
+        if self._child is not None:
+            pids["apiserver"] = self._child.pid
+            etcd = _child_pids(self._child.pid)
+            if etcd:
+                pids["etcd"] = etcd[0]
+        elif self._apiserver is not None:
+            pids["apiserver"] = os.getpid()
+            if self._apiserver.etcd is not None and self._apiserver.etcd.pid is not None:
+                pids["etcd"] = self._apiserver.etcd.pid
+        return pids
+
     def stages(self) -> dict[str, StageStats]:
         """Per-stage latency statistics so far."""
         with self._lock:
@@ -741,6 +843,8 @@ class Pipeline:
         return {
             "api_server": self.api_url,
             "backend": "kubeconfig" if self.config.kubeconfig else self.config.backend,
+            "apiserver_process": bool(self.config.apiserver_process and not self.config.kubeconfig),
+            "switch_interval_s": sys.getswitchinterval(),
             "workers": self.config.workers,
             "reconcile_s": self.config.reconcile,
             "stages": {k: asdict(st) for k, st in self.stages().items()},
@@ -820,27 +924,6 @@ class Pipeline:
         return "\n".join(lines)
 
 
-# -- self-load ---------------------------------------------------------------------------------------------------
-
-
-def _load_subprocess(url: str, requests: int, concurrency: int, keys: int) -> LoadResult:
-    """Run ``keyqueue.lab.load`` in a child process, so that the client does not share this process's GIL."""
-    fd, path = tempfile.mkstemp(prefix="keyqueue-load-", suffix=".json")
-    os.close(fd)
-    try:
-        cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
-               "--concurrency", str(concurrency), "--keys", str(keys), "--json", path]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode not in (0, 1):
-            raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    return LoadResult(**data)
-
-
 # -- CLI ---------------------------------------------------------------------------------------------------------
 
 
@@ -863,8 +946,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-event log lines to print per kind (default 10; -1 all, 0 none)")
     parser.add_argument("--stats-interval", type=parse_duration, default=5.0,
                         help="time between [STATS] lines while serving (default 5s; 0 only at the end)")
+    parser.add_argument("--apiserver", choices=("process", "thread"), default="process",
+                        help="run the test API server (and its etcd) in a child process, as a real cluster's would "
+                             "be (default), or in threads of this process (it then shares this process's GIL)")
+    parser.add_argument("--switch-interval", type=parse_duration, default=None,
+                        help="set the interpreter's GIL switch interval while running (default: leave it, 5ms); "
+                             "a shorter one lets a thread woken by I/O take the GIL from CPU-bound threads sooner")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
-                        help="start etcd with --unsafe-no-fsync (faster writes, not durable)")
+                        help="start etcd with --unsafe-no-fsync (faster writes, not durable; with --apiserver thread)")
     add_json_argument(parser)
 
 
@@ -874,7 +963,8 @@ def run(args: argparse.Namespace) -> int:
     out = human_stream(args)
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
-                         unsafe_no_fsync=args.unsafe_no_fsync)
+                         unsafe_no_fsync=args.unsafe_no_fsync, apiserver_process=args.apiserver == "process",
+                         switch_interval=args.switch_interval)
     try:
         pipeline = Pipeline(cfg, out=out)
     except ValueError as exc:
@@ -887,14 +977,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"pipeline: could not start: {type(exc).__name__}: {exc}", file=out)
         return 2
     try:
-        where = f"API server {pipeline.api_url} ({'kubeconfig' if cfg.kubeconfig else cfg.backend + ' backend'})"
+        if cfg.kubeconfig:
+            where = f"cluster {pipeline.api_url} (from {cfg.kubeconfig})"
+        else:
+            how = "a child process" if cfg.apiserver_process else "this process"
+            where = (f"test API server {pipeline.api_url} ({cfg.backend} storage, in {how}; a Kubernetes-API-"
+                     "compatible server for ConfigMaps, not kube-apiserver)")
         print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
               f"{cfg.workers} workers", file=out, flush=True)
         if args.requests > 0:
             if args.load_in_process:
                 load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
             else:
-                load = _load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
+                load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
             print(load.line(), file=out)
         else:
             print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,

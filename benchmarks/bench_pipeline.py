@@ -1,0 +1,178 @@
+"""Where the milliseconds live: POST /trigger → API server → etcd → watch → informer → queue → worker.
+
+    python benchmarks/bench_pipeline.py [--smoke] [--requests N] [--concurrency C] [--backend etcd|memory]
+                                        [--modes process,inprocess] [--no-floor] [--json PATH]
+
+For each mode (the test API server in a child process, as a real cluster's would be, and/or in threads of the
+pipeline's own process), one :class:`keyqueue.lab.pipeline.Pipeline` is started (etcd with fsync on, 4 workers,
+2 ms simulated reconcile, logging off), warmed up with 40 triggers (not measured), and then driven by the load
+generator in a child process (so the client does not compete for the pipeline's GIL): first at concurrency 1
+(the latency floor, unless ``--no-floor``), then ``--requests`` at ``--concurrency``. Every stage is measured
+inside the pipeline with ``perf_counter_ns`` (see :mod:`keyqueue.lab.pipeline`); the CPU time each process used
+per trigger comes from ``/proc/<pid>/stat`` (10 ms ticks; the load generator measures its own).
+
+Targets (issue 8, 200 requests at concurrency 10, etcd): /trigger p50 ≤ 3 ms and p99 ≤ 10 ms (the trigger
+handler's time, server side, as in the seed's [STATS] line), informer → enqueue median ≤ 300 µs, enqueue →
+worker Get median ≤ 100 µs with idle workers. Reported, never asserted: a MISS is a finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from keyqueue.apiserver import find_etcd_binary
+from keyqueue.lab.common import format_duration, write_json
+from keyqueue.lab.load import run_load_subprocess
+from keyqueue.lab.pipeline import Pipeline, PipelineConfig, microbench_queue
+
+TARGETS = (
+    ("/trigger p50", "trigger_handler", "p50", 3e-3),
+    ("/trigger p99", "trigger_handler", "p99", 10e-3),
+    ("informer → enqueue median", "write_to_informer", "p50", 300e-6),
+    ("enqueue → worker Get median (idle worker)", "enqueue_to_get_idle", "p50", 100e-6),
+)
+
+
+def _ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _fmt(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else format_duration(seconds)
+
+
+def run_phase(p: Pipeline, requests: int, concurrency: int, keys: int) -> dict[str, Any]:
+    """One measured load against a running pipeline (after resetting its samples)."""
+    p.reset_measurements()
+    pids = p.process_ids()
+    hz = os.sysconf("SC_CLK_TCK")
+    before = {name: _ticks(pid) for name, pid in pids.items()}
+    t0 = time.perf_counter()
+    load = run_load_subprocess(p.url, requests, concurrency, keys)
+    settled = p.wait_reconciled(30.0)
+    wall = time.perf_counter() - t0
+    after = {name: _ticks(pid) for name, pid in pids.items()}
+    cpu: dict[str, float] = {}
+    for name in pids:
+        b, a = before[name], after[name]
+        if a is not None and b is not None:
+            cpu[name] = (a - b) / hz / max(1, load.requests)
+    if pids.get("apiserver") == pids["pipeline"]:
+        cpu.pop("apiserver", None)  # same process: counted under "pipeline"
+    cpu["load generator"] = load.cpu_s / max(1, load.requests)  # measured inside it, without its start-up
+    stages = p.stages()
+    return {
+        "requests": requests,
+        "concurrency": concurrency,
+        "settled": settled,
+        "wall_s": wall,
+        "load": load.summary(),
+        "stages": {k: vars(v) for k, v in stages.items()},
+        "cpu_per_trigger_s": cpu,
+        "verification": {**vars(p.verify()), "ok": p.verify().ok},
+        "report": p.report(),
+    }
+
+
+def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    cfg = PipelineConfig(backend=args.backend, workers=args.workers, reconcile=args.reconcile, log_lines=0,
+                         stats_interval=0, apiserver_process=(mode == "process"),
+                         switch_interval=args.switch_interval)
+    with Pipeline(cfg, out=sys.stderr) as p:
+        run_load_subprocess(p.url, args.warmup, min(4, args.concurrency), args.keys)  # warm-up, not measured
+        assert p.wait_reconciled(30.0)
+        phases = []
+        if args.floor:
+            phases.append(run_phase(p, max(20, args.requests // 2), 1, args.keys))
+        phases.append(run_phase(p, args.requests, args.concurrency, args.keys))
+        load_cpu = os.getloadavg()
+    return {"mode": mode, "phases": phases, "loadavg_after": load_cpu}
+
+
+def print_mode(result: dict[str, Any]) -> None:
+    label = {"process": "API server in a child process", "inprocess": "API server in the pipeline's process"}
+    print(f"\n=== {label[result['mode']]} ===")
+    for phase in result["phases"]:
+        load = phase["load"]
+        print(f"\n-- {phase['requests']} requests at concurrency {phase['concurrency']}: "
+              f"{load['rps']:,.0f} req/s, client round trip p50={load['p50_ms']:.2f}ms p99={load['p99_ms']:.2f}ms, "
+              f"errors={load['errors']}")
+        print(phase["report"])
+        cpu = ", ".join(f"{k} {v * 1e6:,.0f}µs" for k, v in phase["cpu_per_trigger_s"].items())
+        print(f"CPU per trigger: {cpu}")
+        if phase["concurrency"] > 1:
+            for name, stage, stat, limit in TARGETS:
+                value = phase["stages"][stage][stat]
+                verdict = "-" if math.isnan(value) else ("ok" if value <= limit else "MISS")
+                print(f"  target {name:<44} {_fmt(value):>9} (≤ {_fmt(limit)})  {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="a tiny run (20 requests at concurrency 2), for CI")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--keys", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--reconcile", type=float, default=0.002, help="simulated work per reconcile, seconds")
+    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd")
+    parser.add_argument("--modes", default="process,inprocess",
+                        help="comma-separated: process (API server in a child process), inprocess")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the concurrency-1 run that shows the latency floor")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="GIL switch interval of the pipeline process in seconds (default: Python's 0.005)")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.requests, args.concurrency, args.warmup, args.floor = 20, 2, 5, False
+    if args.backend == "etcd":
+        try:
+            find_etcd_binary()
+        except FileNotFoundError:
+            print("no etcd binary: falling back to the memory backend", file=sys.stderr)
+            args.backend = "memory"
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("process", "inprocess"):
+            parser.error(f"unknown mode {m!r}")
+    print(f"pipeline benchmark: backend={args.backend} workers={args.workers} reconcile={args.reconcile * 1e3:g}ms "
+          f"keys={args.keys} switch-interval={args.switch_interval or sys.getswitchinterval()}s | "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f}")
+    results = [run_mode(m, args) for m in modes]
+    for r in results:
+        print_mode(r)
+    micro = microbench_queue()
+    print(f"\nqueue add+get+done, one thread, uncontended (this run): {_fmt(micro['cycle'])} "
+          f"(add {_fmt(micro['add'])}, get {_fmt(micro['get'])}, done {_fmt(micro['done'])})")
+    if args.json:
+        for r in results:
+            for phase in r["phases"]:
+                phase.pop("report")
+        write_json(str(args.json), {
+            "backend": args.backend, "workers": args.workers, "reconcile_s": args.reconcile, "keys": args.keys,
+            "python": platform.python_version(), "cpus": os.cpu_count(), "results": results,
+            "queue_microbench": micro,
+            "targets": [{"name": n, "stage": s, "stat": st, "limit_s": lim} for n, s, st, lim in TARGETS],
+        })
+    bad = [r for r in results for ph in r["phases"] if not ph["verification"]["ok"] or ph["load"]["errors"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    raise SystemExit(main())

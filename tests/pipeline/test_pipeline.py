@@ -1,0 +1,272 @@
+"""End to end: POST /trigger → test API server → watch → informer → queue → controller workers.
+
+The same-key detector used here is :class:`keyqueue.lab.race.SameKeyDetector`; its control (the identical
+harness over a plain queue, which must report overlaps) is ``tests/lab/test_race.py``. The "lost" check has its
+control here: a name whose reconcile always fails must be reported lost.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keyqueue.apiserver import find_etcd_binary
+from keyqueue.lab.load import check_loopback_url, percentile, run_load
+from keyqueue.lab.pipeline import Pipeline, PipelineConfig, TriggerError, microbench_queue
+
+pytest.importorskip("kubernetes")
+
+WAIT = 10.0
+
+
+def make(backend: str = "memory", **kwargs: Any) -> Pipeline:
+    reconcile = kwargs.pop("reconcile_hook", None)
+    cfg = PipelineConfig(backend=backend, log_lines=0, stats_interval=0, unsafe_no_fsync=True,
+                         **{"reconcile": 0.001, **kwargs})
+    return Pipeline(cfg, reconcile=reconcile, out=io.StringIO())
+
+
+@pytest.fixture
+def pipelines() -> Iterator[Callable[..., Pipeline]]:
+    started: list[Pipeline] = []
+
+    def factory(backend: str = "memory", **kwargs: Any) -> Pipeline:
+        p = make(backend, **kwargs).start()
+        started.append(p)
+        return p
+
+    yield factory
+    for p in started:
+        p.stop()
+
+
+def http_request(url: str, method: str, path: str) -> tuple[int, bytes]:
+    host, port, _ = check_loopback_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT)
+    try:
+        conn.request(method, path, body=b"", headers={"Content-Length": "0"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.005)
+
+
+def test_every_name_is_reconciled_after_its_last_trigger(pipelines: Callable[..., Pipeline]) -> None:
+    p = pipelines(workers=4)
+    load = run_load(p.url, requests=120, concurrency=6, keys=8)
+    assert load.errors == 0 and load.requests == 120
+    assert p.wait_reconciled(WAIT)
+    v = p.verify()
+    assert v.ok and v.lost == 0 and v.violations == 0
+    assert v.names == 8 and v.triggers == 120 and 8 <= v.reconciles <= 120
+    stages = p.stages()
+    assert stages["api_write"].n == 120
+    assert stages["write_to_informer"].n == 120  # every write's event was matched to its write
+    assert stages["reconcile"].n == v.reconciles
+    stats = p.queue.stats() if p.queue is not None else None
+    assert stats is not None and stats.adds == 120  # one add per watch event
+
+
+def test_http_endpoints(pipelines: Callable[..., Pipeline]) -> None:
+    p = pipelines(workers=1)
+    status, body = http_request(p.url, "POST", "/trigger/obj-1")
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["action"] == "created" and answer["key"] == "default/obj-1" and int(answer["resourceVersion"]) > 0
+    status, body = http_request(p.url, "POST", "/trigger/obj-1")
+    assert status == 200 and json.loads(body)["action"] == "updated"
+    assert p.wait_reconciled(WAIT)
+    status, body = http_request(p.url, "POST", "/trigger/Not_A_Name")
+    assert status == 400 and b"not a valid ConfigMap name" in body
+    assert http_request(p.url, "POST", "/nothing")[0] == 404
+    assert http_request(p.url, "GET", "/healthz") == (200, b"ok\n")
+    status, body = http_request(p.url, "GET", "/stats")
+    assert status == 200 and json.loads(body)["verification"]["triggers"] == 2
+    status, body = http_request(p.url, "GET", "/metrics")
+    assert status == 200
+    assert b'workqueue_adds_total{name="pipeline"}' in body
+    assert b"controller_runtime_reconcile_total" in body
+    assert p.apiserver is not None
+    p.apiserver.stop_server()  # the API server is down: the trigger answers 502 and counts the failure
+    try:
+        status, body = http_request(p.url, "POST", "/trigger/obj-1")
+    finally:
+        p.apiserver.start_server()
+    assert status == 502 and b"API request failed" in body
+    assert p.summary()["trigger_errors"] == 1
+
+
+def test_adds_collapse_while_a_worker_holds_the_key(pipelines: Callable[..., Pipeline]) -> None:
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def hold_first(key: str, obj: Any) -> None:
+        calls.append(key)
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(WAIT)
+
+    p = pipelines(workers=1, reconcile_hook=hold_first)
+    p.trigger("hot")
+    assert entered.wait(WAIT)  # the only worker now holds default/hot
+    for _ in range(3):
+        p.trigger("hot")
+    assert p.queue is not None
+    queue = p.queue
+    wait_until(lambda: queue.stats().adds == 4, "the three watch events reaching the queue")
+    stats = queue.stats()
+    assert stats.marked == 1 and stats.deduplicated == 2  # 3 adds during processing → one pending redelivery
+    release.set()
+    assert p.wait_reconciled(WAIT)
+    assert calls == ["default/hot", "default/hot"]  # 4 triggers, 2 reconciles
+    assert queue.stats().redelivered == 1
+    assert p.verify().ok
+
+
+def test_adds_collapse_when_triggers_outpace_slow_workers(pipelines: Callable[..., Pipeline]) -> None:
+    p = pipelines(workers=1, reconcile=0.02)
+    load = run_load(p.url, requests=60, concurrency=6, keys=3)
+    assert load.errors == 0
+    assert p.wait_reconciled(WAIT)
+    assert p.queue is not None
+    stats = p.queue.stats()
+    v = p.verify()
+    assert stats.deduplicated + stats.marked > 0
+    assert v.ok and v.reconciles < v.triggers
+
+
+def test_lost_names_are_reported(pipelines: Callable[..., Pipeline]) -> None:
+    """The control of the lost-name check: a name that is never reconciled successfully is reported."""
+
+    def fail_broken(key: str, obj: Any) -> None:
+        if key.endswith("/broken"):
+            raise RuntimeError("reconcile keeps failing")
+
+    p = pipelines(workers=2, reconcile_hook=fail_broken)
+    p.trigger("fine")
+    p.trigger("broken")
+    assert not p.wait_reconciled(0.3)
+    v = p.verify()
+    assert v.lost == 1 and v.lost_names == ["default/broken"] and not v.ok
+    assert p.summary()["reconcile_failures"] >= 1
+
+
+def test_overlap_reaches_the_verification(pipelines: Callable[..., Pipeline]) -> None:
+    """The verification reads the pipeline's detector: an overlap forced on it shows up as a violation."""
+    p = pipelines(workers=1)
+    assert p.detector.start("default/x")
+    assert not p.detector.start("default/x")
+    p.detector.finish("default/x")
+    p.detector.finish("default/x")
+    assert p.verify().violations == 1 and not p.verify().ok
+
+
+def test_stop_leaves_no_thread_behind() -> None:
+    before = set(threading.enumerate())
+    p = make(workers=3).start()
+    assert run_load(p.url, requests=10, concurrency=2, keys=2).errors == 0
+    assert p.wait_reconciled(WAIT)
+    p.stop()
+    p.stop()  # idempotent
+    leftover = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert leftover == []
+
+
+def test_trigger_before_start_and_bad_config() -> None:
+    p = make()
+    with pytest.raises(TriggerError, match="not started"):
+        p.trigger("x")
+    with pytest.raises(ValueError, match="workers"):
+        make(workers=0)
+    with pytest.raises(ValueError, match="backend"):
+        make(backend="sqlite")
+
+
+@pytest.mark.etcd
+def test_end_to_end_on_etcd(pipelines: Callable[..., Pipeline]) -> None:
+    try:
+        find_etcd_binary()
+    except FileNotFoundError:
+        pytest.skip("no etcd binary")
+    p = pipelines("etcd", workers=2)
+    load = run_load(p.url, requests=40, concurrency=4, keys=5)
+    assert load.errors == 0
+    assert p.wait_reconciled(WAIT)
+    v = p.verify()
+    assert v.ok and v.names == 5 and v.triggers == 40
+
+
+def test_cli_run_with_built_in_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from keyqueue.lab.__main__ import main
+
+    out = tmp_path / "pipeline.json"
+    code = main(["pipeline", "--backend", "memory", "--requests", "30", "--concurrency", "3", "--keys", "4",
+                 "--workers", "2", "--reconcile", "1ms", "--log-lines", "1", "--stats-interval", "0",
+                 "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    for marker in ("in a child process", "[TRIGGER] POST /trigger/obj-", "[ENQUEUE] key=default/obj-", "[WORKER-",
+                   "[STATS]", "/trigger reqs=30", "write answered → informer handler", "lost=0", "-> OK"):
+        assert marker in text
+    data = json.loads(out.read_text())
+    assert data["load"]["requests"] == 30 and data["load"]["errors"] == 0
+    assert data["verification"]["ok"] and data["verification"]["names"] == 4
+    assert data["stages"]["api_write"]["n"] == 30 and data["queue_microbench"]["cycle"] > 0
+
+
+def test_load_cli_against_the_pipeline(pipelines: Callable[..., Pipeline], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from keyqueue.lab.__main__ import main
+
+    p = pipelines(workers=2)
+    out = tmp_path / "load.json"
+    assert main(["load", "--url", p.url, "--requests", "20", "--concurrency", "2", "--keys", "3",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {"requests", "errors", "p50_ms", "p95_ms", "p99_ms"} <= set(data)
+    assert data["requests"] == 20 and data["errors"] == 0 and 0 < data["p50_ms"] <= data["p99_ms"]
+    assert "load: 20 requests" in capsys.readouterr().out
+    assert p.wait_reconciled(WAIT)
+
+
+def test_load_refuses_non_loopback_and_counts_connection_errors() -> None:
+    for url in ("http://example.com:80", "http://10.0.0.1:8080", "https://127.0.0.1:1"):
+        with pytest.raises(ValueError):
+            check_loopback_url(url)
+    assert check_loopback_url("http://localhost:8080/base/") == ("localhost", 8080, "/base")
+    import socket
+
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_load(f"http://127.0.0.1:{port}", requests=5, concurrency=2)
+    assert result.errors >= 5 and result.first_error
+    with pytest.raises(ValueError, match="requests"):
+        run_load("http://127.0.0.1:1", requests=0, concurrency=1)
+
+
+def test_percentile_and_microbench() -> None:
+    assert percentile([], 50) != percentile([], 50)  # NaN
+    values = [float(i) for i in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
+    assert percentile([7.0], 0) == 7.0
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+    micro = microbench_queue(cycles=500)
+    assert set(micro) == {"add", "get", "done", "cycle"} and all(v > 0 for v in micro.values())
