@@ -265,6 +265,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 128  # the default listen backlog of 5 drops bursts of connects (1 s client retries)
 
     def __init__(self, address: tuple[str, int], api: APIServer) -> None:
         self.api = api

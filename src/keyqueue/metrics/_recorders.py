@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from keyqueue.clock import Clock
 
@@ -32,18 +32,56 @@ if TYPE_CHECKING:
         SettableGaugeMetric,
     )
 
-__all__ = ["BUCKET_BOUNDS_NS", "HIST_SLOTS", "LockLike", "PullRecorder", "PushRecorder", "nanos_to_seconds"]
+__all__ = [
+    "BUCKET_BOUNDS_NS",
+    "HIST_SLOTS",
+    "LockLike",
+    "PullRecorder",
+    "PushRecorder",
+    "bucket_index",
+    "in_flight_ns",
+    "nanos_to_seconds",
+]
 
 _NS_PER_S: Final = 1_000_000_000
 
 #: Upper bounds (``le``) of client-go's duration histograms in integer nanoseconds: 1e-8 s, 1e-7 s, ... 10 s.
-#: ``d_ns <= BUCKET_BOUNDS_NS[i]`` holds exactly when ``d_ns / 1e9 <= 1e-8 * 10**i`` (division is monotonic and the
-#: bounds are exact), so bucketing in nanoseconds gives the same counts as bucketing the float seconds.
+#: ``d_ns <= BUCKET_BOUNDS_NS[i]`` holds exactly when ``d_ns / 1e9`` is <= the float bound (1e-08, ... 10):
+#: correctly rounded division is monotonic and maps each bound to that literal, so bucketing the integer ns gives
+#: the same counts as bucketing the float seconds.
 BUCKET_BOUNDS_NS: Final = tuple(10**e for e in range(1, 11))
 
 #: Layout of a histogram list in a :class:`PullRecorder`: one count per bound, one for +Inf, then the sum in ns.
 HIST_SLOTS: Final = len(BUCKET_BOUNDS_NS) + 2
+_INF: Final = len(BUCKET_BOUNDS_NS)
 _SUM: Final = HIST_SLOTS - 1
+
+
+def _bit_length_tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # Bucketing on the hot path without a bisect: all durations with the same bit length L lie in
+    # [2**(L-1), 2**L - 1]. If no bound falls inside that range they share one bucket, _LOW[L], and _SPLIT[L] is
+    # 2**64 (never exceeded). If a bound 10**k falls inside, the bucket is _LOW[L] for d <= 10**k and the next one
+    # above it, so _SPLIT[L] = 10**k. (Ten bounds, factor 10 > 2 apart: at most one per range.) For L > 64 the
+    # lookup raises IndexError and the recorder counts +Inf (2**64 ns is 584 years).
+    low: list[int] = []
+    split: list[int] = []
+    for length in range(65):
+        lo, hi = (0, 0) if length == 0 else (1 << (length - 1), (1 << length) - 1)
+        i_lo, i_hi = bisect_left(BUCKET_BOUNDS_NS, lo), bisect_left(BUCKET_BOUNDS_NS, hi)
+        low.append(i_lo)
+        split.append(BUCKET_BOUNDS_NS[i_lo] if i_lo != i_hi else 1 << 64)
+    return tuple(low), tuple(split)
+
+
+_LOW, _SPLIT = _bit_length_tables()
+
+
+def bucket_index(d_ns: int) -> int:
+    """The histogram slot of a duration: ``bisect_left(BUCKET_BOUNDS_NS, d_ns)`` (10 = +Inf), via the tables."""
+    length = d_ns.bit_length()
+    if length >= len(_LOW):
+        return _INF
+    return _LOW[length] + (d_ns > _SPLIT[length])
 
 
 def nanos_to_seconds(ns: int) -> float:
@@ -78,7 +116,7 @@ class PushRecorder:
     """Forwards queue events to a :class:`~keyqueue.metrics.MetricsProvider`'s metric objects (client-go's way).
 
     ``refresh()`` sets the unfinished-work and longest-running gauges from the keys in flight now. It runs after
-    every jump of a clock that reports jumps (:class:`~keyqueue.FakeClock.step`, like client-go's ticker on a fake
+    every jump of a clock that reports jumps (:meth:`keyqueue.FakeClock.step`, like client-go's ticker on a fake
     clock) and from :func:`keyqueue.metrics.refresh_in_flight` (for real clocks: call it before a scrape or
     periodically).
     """
@@ -146,57 +184,66 @@ class PushRecorder:
 class PullRecorder:
     """Counts queue events in plain ints/lists; a snapshot provider reads them (under the queue's lock) on demand.
 
-    ``counts`` is ``[adds, retries]``; ``queue_hist``/``work_hist`` are :data:`HIST_SLOTS`-long lists (per-bucket
-    counts, +Inf, sum in ns). These lists are shared with the provider, which keeps them after the queue is gone so
-    that counters never go backwards. Depth is the number of keys with a pending add time: in the core a key has
-    one exactly while it is dirty, so ``len(added)`` is client-go's depth and cannot go negative.
+    ``queue_hist``/``work_hist`` are :data:`HIST_SLOTS`-long lists (per-bucket counts, +Inf, sum in ns) and
+    ``retries`` is a one-element list. The provider keeps these lists after the queue is gone, so that counters
+    never go backwards. ``added`` maps each dirty key to the time it became dirty: the core calls ``add`` only for
+    a key that is not dirty and ``get`` removes it, so ``len(added)`` is client-go's depth (never negative) and
+    ``adds`` = keys handed out (the queue histogram's count) + ``len(added)``. That spares ``add`` a counter: the
+    hook is the dict's own C ``setdefault`` (keeping the first time, as client-go does), not a Python method.
     """
 
-    __slots__ = ("__weakref__", "_added", "_started", "clock", "counts", "lock", "queue_hist", "work_hist")
+    __slots__ = ("__weakref__", "_started", "add", "added", "clock", "lock", "queue_hist", "retries", "work_hist")
 
     def __init__(self, clock: Clock, lock: LockLike | None) -> None:
         self.clock = clock
         self.lock = lock
-        self.counts = [0, 0]
+        self.retries = [0]
         self.queue_hist = [0] * HIST_SLOTS
         self.work_hist = [0] * HIST_SLOTS
-        self._added: dict[Hashable, int] = {}
+        self.added: dict[Hashable, int] = {}
         self._started: dict[Hashable, int] = {}
+        # MetricsRecorder.add(item, t_ns); setdefault's return value is ignored by the core.
+        self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
-    def add(self, item: Hashable, t_ns: int) -> None:
-        added = self._added
-        if item not in added:
-            added[item] = t_ns
-        self.counts[0] += 1
+    # get and done are the hot path: a few dict operations and list increments, with the bucket index inlined
+    # from bucket_index(). Measured against bisect, closure-based and packed-int variants; this was the fastest.
 
     def get(self, item: Hashable, t_ns: int) -> None:
         self._started[item] = t_ns
-        t0 = self._added.pop(item, None)
+        t0 = self.added.pop(item, None)
         if t0 is not None:
             d = t_ns - t0
+            length = d.bit_length()
             h = self.queue_hist
-            h[bisect_left(BUCKET_BOUNDS_NS, d)] += 1
+            try:
+                h[_LOW[length] + (d > _SPLIT[length])] += 1
+            except IndexError:
+                h[_INF] += 1
             h[_SUM] += d
 
     def done(self, item: Hashable, t_ns: int) -> None:
         t0 = self._started.pop(item, None)
         if t0 is not None:
             d = t_ns - t0
+            length = d.bit_length()
             h = self.work_hist
-            h[bisect_left(BUCKET_BOUNDS_NS, d)] += 1
+            try:
+                h[_LOW[length] + (d > _SPLIT[length])] += 1
+            except IndexError:
+                h[_INF] += 1
             h[_SUM] += d
 
     def retry(self) -> None:
-        self.counts[1] += 1
+        self.retries[0] += 1
 
-    def read(self) -> tuple[list[int], list[int], list[int], int, list[int], int]:
-        """Under the queue's lock: (counts, queue_hist, work_hist, depth, processing starts, clock now)."""
+    def read(self) -> tuple[int, list[int], list[int], int, list[int], int]:
+        """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now)."""
         with _guard(self.lock):
             return (
-                list(self.counts),
+                self.retries[0],
                 list(self.queue_hist),
                 list(self.work_hist),
-                len(self._added),
+                len(self.added),
                 list(self._started.values()),
                 self.clock.now_ns(),
             )

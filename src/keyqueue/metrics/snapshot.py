@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Hashable
+from dataclasses import dataclass
 
 from keyqueue.clock import Clock
 from keyqueue.metrics._recorders import (
@@ -80,33 +81,77 @@ class QueueMetrics:
     queues: int
 
 
-@dataclass(slots=True)
 class _Slot:
-    """One queue's counters as the provider holds them: a weak link to the recorder and strong links to its
-    count lists (so the counts survive the queue)."""
+    """One queue's counters as the provider holds them: a weak link to its recorder and strong links to the
+    recorder's count lists, so that the counts outlive the queue.
 
-    ref: weakref.ReferenceType[PullRecorder]
-    counts: list[int]
-    queue_hist: list[int]
-    work_hist: list[int]
+    While the recorder lives, ``added`` is its dict of dirty keys. When it dies, a weakref callback replaces that by
+    the number of keys it held (they were added, never handed out, and still count as adds) and drops the dict, so
+    no key of a dead queue stays referenced. The callback writes ``pending_at_death`` before it clears ``added``:
+    a reader that still sees the dict reads the same number from it (a dead queue's dict no longer changes).
+    """
+
+    __slots__ = ("added", "pending_at_death", "queue_hist", "ref", "retries", "work_hist")
+
+    def __init__(self, recorder: PullRecorder) -> None:
+        self.retries = recorder.retries
+        self.queue_hist = recorder.queue_hist
+        self.work_hist = recorder.work_hist
+        self.added: dict[Hashable, int] | None = recorder.added
+        self.pending_at_death = 0
+        self.ref = weakref.ref(recorder, self._recorder_died)
+
+    def _recorder_died(self, _ref: object) -> None:
+        added = self.added
+        if added is not None:
+            self.pending_at_death = len(added)
+            self.added = None
+
+    def dead_pending(self) -> int:
+        """For a dead recorder: its keys that were added and never handed out."""
+        added = self.added
+        return len(added) if added is not None else self.pending_at_death
 
 
-@dataclass(slots=True)
+class _Totals:
+    """Counts summed over several queues (or kept from dead ones): adds not handed out, retries, histograms."""
+
+    __slots__ = ("pending", "queue_hist", "retries", "work_hist")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.retries = 0
+        self.queue_hist = [0] * HIST_SLOTS
+        self.work_hist = [0] * HIST_SLOTS
+
+    def copy(self) -> _Totals:
+        other = _Totals()
+        other.pending, other.retries = self.pending, self.retries
+        other.queue_hist, other.work_hist = list(self.queue_hist), list(self.work_hist)
+        return other
+
+    def add_dead(self, slot: _Slot) -> None:
+        # A dead recorder's lists are final: nobody writes them any more.
+        self.pending += slot.dead_pending()
+        self.retries += slot.retries[0]
+        _add_into(self.queue_hist, slot.queue_hist)
+        _add_into(self.work_hist, slot.work_hist)
+
+
 class _Series:
     """Everything known about one queue name: the live queues' slots and the folded totals of dead ones."""
 
-    slots: list[_Slot] = field(default_factory=list)
-    retired_counts: list[int] = field(default_factory=lambda: [0, 0])
-    retired_queue_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
-    retired_work_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    __slots__ = ("retired", "slots")
+
+    def __init__(self) -> None:
+        self.slots: list[_Slot] = []
+        self.retired = _Totals()
 
     def retire_dead(self) -> None:
         live: list[_Slot] = []
         for slot in self.slots:
             if slot.ref() is None:
-                _add_into(self.retired_counts, slot.counts)
-                _add_into(self.retired_queue_hist, slot.queue_hist)
-                _add_into(self.retired_work_hist, slot.work_hist)
+                self.retired.add_dead(slot)
             else:
                 live.append(slot)
         self.slots = live
@@ -125,8 +170,9 @@ class SnapshotMetricsProvider:
     adapters hand both queues the same metric children). Counters of a queue that has been garbage-collected are
     kept, so a counter never goes backwards; its depth and in-flight keys no longer count.
 
-    The provider holds no reference to a queue or to its keys; each queue's recorder forgets a key's add time when
-    it is handed out and its start time when it is done. Thread-safe.
+    The provider holds no reference to a queue. It sees a live queue's dirty keys only through that queue's
+    recorder (which forgets a key's add time when it is handed out and its start time when it is done), and lets
+    go of them when the queue is garbage-collected. Thread-safe.
     """
 
     def __init__(self) -> None:
@@ -136,7 +182,7 @@ class SnapshotMetricsProvider:
     def _recorder(self, name: str, clock: Clock, lock: LockLike | None) -> PullRecorder:
         """A new recorder for one queue called ``name`` (used by :func:`keyqueue.metrics.recorder_for`)."""
         recorder = PullRecorder(clock, lock)
-        slot = _Slot(weakref.ref(recorder), recorder.counts, recorder.queue_hist, recorder.work_hist)
+        slot = _Slot(recorder)
         with self._series_lock:
             series = self._series.get(name)
             if series is None:
@@ -161,36 +207,35 @@ class SnapshotMetricsProvider:
             for name in sorted(self._series):
                 series = self._series[name]
                 series.retire_dead()
-                counts = list(series.retired_counts)
-                queue_hist = list(series.retired_queue_hist)
-                work_hist = list(series.retired_work_hist)
+                totals = series.retired.copy()
                 depth = unfinished_ns = longest_ns = live = 0
                 for slot in series.slots:
                     recorder = slot.ref()
-                    if recorder is None:  # died since retire_dead(): its lists are final, read them as they are
-                        _add_into(counts, slot.counts)
-                        _add_into(queue_hist, slot.queue_hist)
-                        _add_into(work_hist, slot.work_hist)
+                    if recorder is None:  # died since retire_dead(): read it as retired (folded next time)
+                        totals.add_dead(slot)
                         continue
-                    c, qh, wh, d, starts, now = recorder.read()
+                    retries, qh, wh, d, starts, now = recorder.read()
                     del recorder
                     live += 1
-                    _add_into(counts, c)
-                    _add_into(queue_hist, qh)
-                    _add_into(work_hist, wh)
+                    totals.retries += retries
+                    _add_into(totals.queue_hist, qh)
+                    _add_into(totals.work_hist, wh)
                     depth += d
                     total, oldest = in_flight_ns(starts, now)
                     unfinished_ns += total
                     longest_ns = max(longest_ns, oldest)
+                queue_duration = HistogramSnapshot.from_slots(totals.queue_hist)
                 out[name] = QueueMetrics(
                     name=name,
                     depth=depth,
-                    adds=counts[0],
-                    queue_duration=HistogramSnapshot.from_slots(queue_hist),
-                    work_duration=HistogramSnapshot.from_slots(work_hist),
+                    # Every add made a key dirty; it has since been handed out (counted by the queue histogram)
+                    # or is still dirty (depth), or its queue died with it unhanded (pending).
+                    adds=queue_duration.count + depth + totals.pending,
+                    queue_duration=queue_duration,
+                    work_duration=HistogramSnapshot.from_slots(totals.work_hist),
                     unfinished_work_seconds=nanos_to_seconds(unfinished_ns),
                     longest_running_processor_seconds=nanos_to_seconds(longest_ns),
-                    retries=counts[1],
+                    retries=totals.retries,
                     queues=live,
                 )
         return out
