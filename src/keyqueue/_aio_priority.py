@@ -47,10 +47,6 @@ class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
             stats=stats,
         )
 
-    def _wake_getter(self) -> None:
-        if self._getters:
-            self._wake_one()
-
     async def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
         """Like :meth:`get`: take the next key (waiting while none is ready), returning ``(key, priority)`` — the
         priority it was handed out at. Raises what :meth:`get` raises (``ShutDown``, ``TimeoutError``). Nothing

@@ -23,16 +23,21 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock, seconds_to_ns
-from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
 
 __all__ = [
     "EMPTY",
     "AddResult",
-    "CountingCore", "MetricsRecorder", "QueueCore", "QueueStats", "RateLimitedAdds", "check_delay", "check_hashable",
-    "check_timeout"]
+    "CountingCore",
+    "MetricsRecorder",
+    "QueueCore",
+    "QueueStats",
+    "check_delay",
+    "check_hashable",
+    "check_timeout",
+]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -379,41 +384,3 @@ class CountingCore(QueueCore[T]):
 
     def stats(self) -> QueueStats:
         return QueueStats(*self._counts)
-
-
-class RateLimitedAdds(Generic[T]):
-    """``add_rate_limited`` / ``forget`` / ``num_requeues``: the part of ``RateLimitingQueue`` both shells share.
-
-    Each shell's ``RateLimitingQueue`` lists this after its ``DelayingQueue`` and calls :meth:`_init_rate_limiter`
-    in ``__init__``; the shell supplies ``clock`` and a thread-safe ``add_after`` (its own locking and waking).
-    """
-
-    rate_limiter: RateLimiter[T]
-    clock: Clock
-
-    if TYPE_CHECKING:
-
-        def add_after(self, item: T, delay: float) -> AddResult: ...
-
-    def _init_rate_limiter(self, rate_limiter: RateLimiter[T] | None) -> None:
-        self.rate_limiter = (
-            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
-        )
-
-    def add_rate_limited(self, item: T) -> AddResult:
-        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
-
-        Never blocks (the limiter computes a delay, it does not sleep). As in client-go the limiter is consulted
-        even after shutdown (the add itself is then dropped). Raises ``TypeError`` for an unhashable item before
-        the limiter records anything.
-        """
-        check_hashable(item)
-        return self.add_after(item, self.rate_limiter.when(item))
-
-    def forget(self, item: T) -> None:
-        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""
-        self.rate_limiter.forget(item)
-
-    def num_requeues(self, item: T) -> int:
-        """How many failures of ``item`` the limiter remembers."""
-        return self.rate_limiter.num_requeues(item)

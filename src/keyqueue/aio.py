@@ -39,31 +39,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from asyncio import AbstractEventLoop, Future
 from collections import deque
 from collections.abc import Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from keyqueue._core import (
-    DEDUP,
-    DELAYED,
-    EMPTY,
-    QUEUED,
-    AddResult,
-    CountingCore,
-    QueueCore,
-    QueueStats,
-    RateLimitedAdds,
-    check_delay,
-    check_hashable,
-    check_timeout,
-)
-from keyqueue.clock import Clock, RealClock
+from keyqueue._core import EMPTY, check_timeout
+from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
-from keyqueue.metrics import recorder_for
-from keyqueue.ratelimit import RateLimiter
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
@@ -102,7 +86,7 @@ def _wake(fut: Future[bool], running: AbstractEventLoop | None) -> bool:
     return True
 
 
-class Queue(Generic[T]):
+class Queue(ShellBase[T]):
     """A work queue for asyncio tasks with client-go's guarantees (see the module docstring for threads).
 
     * ``add(key)`` never blocks and may be called from any thread. A key already waiting is not added twice; a key
@@ -116,33 +100,11 @@ class Queue(Generic[T]):
     loop.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
-        self.name = name
-        self.clock: Clock = clock if clock is not None else RealClock()
-        # Guards the core and the two waiter collections. Held only around core calls and bookkeeping, never
-        # across an await, so it is safe to take from any thread and from the loop.
-        self._lock = threading.Lock()
+    def _init_waiting(self) -> None:
         # Getters waiting for a key, oldest first. A waker removes a future from here and resolves it
         # (_BY_QUEUE); a future resolved by its own timer (_BY_TIMER) or cancelled removes itself.
         self._getters: deque[Future[bool]] = deque()
         self._drainers: list[Future[bool]] = []  # shut_down_with_drain() callers waiting
-        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
-        self._fast_dirty = self._core.fast_dirty
-        self.clock.subscribe(self._on_clock_jump)
-
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
-        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
-        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        return (CountingCore if stats else QueueCore)(self.clock, recorder)
 
     # -- waking (lock held) -------------------------------------------------------------------------------
 
@@ -161,34 +123,6 @@ class Queue(Generic[T]):
             if not fut.done():
                 _wake(fut, running)
         waiters.clear()
-
-    # -- adding ------------------------------------------------------------------------------------------
-
-    def add(self, item: T) -> AddResult:
-        """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
-
-        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
-        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
-        Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
-        """
-        # Lock-free dedup, exactly as in keyqueue.threaded.Queue.add (the same linearisation argument holds: the
-        # probe is one atomic read of a built-in set that is written only under self._lock; a dirty key makes
-        # the locked add a no-op at that instant, and its hand-out is already guaranteed).
-        try:
-            if item in self._fast_dirty:
-                return DEDUP
-        except TypeError:
-            check_hashable(item)
-            raise
-        lock = self._lock
-        lock.acquire()
-        try:
-            outcome = self._core.add(item)
-            if outcome is QUEUED and self._getters:  # `is`: enum members are singletons, and faster than ==
-                self._wake_one()
-            return outcome
-        finally:
-            lock.release()
 
     # -- handing out -------------------------------------------------------------------------------------
 
@@ -300,27 +234,6 @@ class Queue(Generic[T]):
         """
         return KeyIterator(self)
 
-    # -- inspection --------------------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        """Keys waiting to be handed out. Not counted: keys being processed, keys re-added while being
-        processed (until their ``done``), delayed keys not yet due. Informational: it may change at once."""
-        with self._lock:
-            return self._core.ready_len()
-
-    def stats(self) -> QueueStats:
-        """Counters of the queue's decisions. Raises ``RuntimeError`` unless built with ``stats=True``."""
-        with self._lock:
-            snapshot = self._core.stats()
-        if snapshot is None:
-            raise RuntimeError("this queue does not count its decisions; build it with stats=True")
-        return snapshot
-
-    @property
-    def shutting_down(self) -> bool:
-        """True once :meth:`shut_down` or :meth:`shut_down_with_drain` has been called."""
-        return self._core.shutting_down
-
     # -- shutdown ----------------------------------------------------------------------------------------
 
     def shut_down(self) -> None:
@@ -381,12 +294,7 @@ class Queue(Generic[T]):
                 self._wake_all(self._getters)
 
     def __repr__(self) -> str:
-        core = self._core
-        return (
-            f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
-            f"processing={len(core.processing)} delayed={core.delayed_count} "
-            f"shutting_down={core.shutting_down} waiting_getters={len(self._getters)}>"
-        )
+        return f"{super().__repr__()[:-1]} waiting_getters={len(self._getters)}>"
 
 
 class Lease(Generic[T]):
@@ -454,53 +362,20 @@ class KeyIterator(Generic[T]):
         self._finish()
 
 
-class DelayingQueue(Queue[T]):
-    """A :class:`Queue` with :meth:`add_after`."""
-
-    def add_after(self, item: T, delay: float) -> AddResult:
-        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
-        Never blocks; callable from any thread.
-
-        Of several delayed adds of one key the earliest time wins. A plain :meth:`add` does not cancel a delayed
-        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
-        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
-        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
-        ``DELAY_KEPT`` for a delayed entry, else what :meth:`add` returns). The entry is fired by a waiting
-        ``get()`` (no background task), or by the next ``get()``/``len()`` after it is due.
-        """
-        delay = check_delay(delay)
-        lock = self._lock
-        lock.acquire()
-        try:
-            outcome = self._core.add_after(item, delay)
-            if outcome in (QUEUED, DELAYED) and self._getters:
-                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
-                self._wake_one()
-            return outcome
-        finally:
-            lock.release()
+class DelayingQueue(Queue[T], DelayedAdds[T]):
+    """A :class:`Queue` with ``add_after(item, delay)`` (a plain method, callable from any thread; from
+    :class:`~keyqueue._shell.DelayedAdds`, shared with the threading shell)."""
 
 
 class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
     """A :class:`DelayingQueue` whose failed keys come back after a delay chosen by a :class:`RateLimiter`.
 
-    The worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``; ``done(key)`` always
+    ``RateLimitingQueue(rate_limiter=None, *, name="", clock=None, metrics_provider=None, stats=False)``. The
+    worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``; ``done(key)`` always
     (``async for``/``lease`` do it). The default limiter is :func:`~keyqueue.default_controller_rate_limiter` on
     the queue's clock. ``add_rate_limited``, ``forget``, ``num_requeues`` are plain methods (any thread), shared
-    with the threading shell (:class:`~keyqueue._core.RateLimitedAdds`).
+    with the threading shell (:class:`~keyqueue._shell.RateLimitedAdds`).
     """
-
-    def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
-        self._init_rate_limiter(rate_limiter)
 
 
 # The asyncio priority queue and controller loop live in their own modules (so `import keyqueue` stays

@@ -21,19 +21,23 @@ Metrics (for a named queue with a provider): the queue's metrics under their usu
 priority-queue meaning (adds and depth count a key when it becomes ready, so a waiting key is not in depth; queue
 latency runs from becoming ready to hand-out; retries count adds whose effective delay is > 0, merged or not), plus
 depth per priority label (:meth:`PriorityQueue.depth_by_priority`, labels capped at 25 distinct values, see
-:class:`PriorityDepth`). The per-priority depth is not yet part of the Prometheus exposition.
+:class:`PriorityDepth`). A :class:`~keyqueue.metrics.SnapshotMetricsProvider` snapshot carries it as
+``QueueMetrics.depth_by_priority``; a :class:`~keyqueue.metrics.PrometheusMetricsProvider` exports it as
+``workqueue_depth{name, priority}`` only when built with ``priority_label=True`` (by default ``workqueue_depth``
+keeps client-go's label set, ``name``, and reports the total).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
 from keyqueue.clock import Clock
 from keyqueue.metrics import recorder_for
+from keyqueue.metrics._recorders import PullRecorder
 from keyqueue.ratelimit import ItemExponentialFailureRateLimiter, RateLimiter
 from keyqueue.threaded import RateLimitingQueue
 
@@ -89,13 +93,16 @@ class PriorityDepth:
 
 class PriorityRecorder:
     """Adapts the queue's metrics recorder (:class:`~keyqueue._core.MetricsRecorder`) to the priority core's
-    hooks and keeps :class:`PriorityDepth`."""
+    hooks and keeps :class:`PriorityDepth`. When ``inner`` is a snapshot provider's recorder, the depth is attached
+    to it (``PullRecorder.priority_depth``) so that snapshots and scrapes read it under the queue's lock."""
 
     __slots__ = ("depth", "inner")
 
     def __init__(self, inner: MetricsRecorder) -> None:
         self.inner = inner
         self.depth = PriorityDepth()
+        if isinstance(inner, PullRecorder):
+            inner.priority_depth = self.depth
 
     def add(self, item: Hashable, t_ns: int, priority: int) -> None:
         self.depth.inc(priority)
@@ -130,8 +137,8 @@ def new_priority_core(
 
 class PriorityAdds(Generic[T]):
     """The priority-aware adds both priority queue shells share. A shell provides ``_lock``, ``_pcore``,
-    ``rate_limiter`` and ``_wake_getter()`` (called with the lock held when a getter may now find a key or must
-    re-compute how long to sleep)."""
+    ``rate_limiter``, ``_getters`` and ``_wake_one()`` (see :class:`keyqueue._shell.ShellBase`; called with the
+    lock held when a getter may now find a key or must re-compute how long to sleep)."""
 
     _lock: threading.Lock
     _pcore: PriorityCore[T]
@@ -141,8 +148,10 @@ class PriorityAdds(Generic[T]):
     clock: Clock
     name: str
 
-    def _wake_getter(self) -> None:
-        raise NotImplementedError
+    _getters: Any
+    if TYPE_CHECKING:
+
+        def _wake_one(self) -> None: ...
 
     def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
         # The shells' construction hook: called once from their __init__, with self.clock and self._lock set.
@@ -209,8 +218,8 @@ class PriorityAdds(Generic[T]):
         lock.acquire()
         try:
             outcome = self._pcore.add_checked(item, priority, after, limiter)
-            if outcome in (QUEUED, DELAYED):
-                self._wake_getter()
+            if outcome in (QUEUED, DELAYED) and self._getters:
+                self._wake_one()
             return outcome
         except TypeError:
             check_hashable(item)  # an unhashable item: raise the clear message (nothing changed)
@@ -278,10 +287,6 @@ class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
             metrics_provider=metrics_provider,
             stats=stats,
         )
-
-    def _wake_getter(self) -> None:
-        if self._getters:
-            self._readable.notify()
 
     def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
         """Like :meth:`get`: take the next key (blocking while none is ready), returning ``(key, priority)`` —

@@ -13,33 +13,18 @@ import threading
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
-from keyqueue._core import (
-    DEDUP,
-    DELAYED,
-    EMPTY,
-    QUEUED,
-    AddResult,
-    CountingCore,
-    QueueCore,
-    QueueStats,
-    RateLimitedAdds,
-    check_delay,
-    check_hashable,
-    check_timeout,
-)
-from keyqueue.clock import Clock, RealClock
+from keyqueue._core import EMPTY, check_timeout
+from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
-from keyqueue.metrics import recorder_for
-from keyqueue.ratelimit import RateLimiter
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
 T = TypeVar("T", bound=Hashable)
 
 
-class Queue(Generic[T]):
+class Queue(ShellBase[T]):
     """A work queue for threads with client-go's guarantees.
 
     * ``add(key)`` never blocks. A key already waiting is not added twice; a key being processed is marked and
@@ -52,63 +37,14 @@ class Queue(Generic[T]):
     count every decision (see :meth:`stats`; it turns off the lock-free dedup path, so adds get slower).
     """
 
-    def __init__(
-        self,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
-        self.name = name
-        self.clock: Clock = clock if clock is not None else RealClock()
-        self._lock = threading.Lock()
+    def _init_waiting(self) -> None:
         self._readable = threading.Condition(self._lock)  # getters wait here
         self._idle = threading.Condition(self._lock)  # shut_down_with_drain() callers wait here
         self._getters = 0  # threads waiting on _readable (so notify() is skipped when nobody waits)
         self._drainers = 0
-        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
-        self._fast_dirty = self._core.fast_dirty
-        self.clock.subscribe(self._on_clock_jump)
 
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
-        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
-        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        return (CountingCore if stats else QueueCore)(self.clock, recorder)
-
-    # -- adding ------------------------------------------------------------------------------------------
-
-    def add(self, item: T) -> AddResult:
-        """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock).
-
-        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
-        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
-        Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
-        """
-        # Lock-free dedup. If the probe sees item in dirty, this add is linearised at the probe: at that instant
-        # the locked algorithm would also have returned without a change (a dirty key is a no-op whether it is
-        # waiting or being processed, and after shutdown every add is a no-op). Being dirty at that instant
-        # guarantees a hand-out that starts after it (the key is in the fifo, or done() will re-queue it), which
-        # is all an add promises. The probe is one read of a built-in set; such reads are atomic with respect to
-        # the set's writers in CPython with or without the GIL, so it sees a state the set really had. If the
-        # probe misses (or fast_dirty is the empty set of a counting core), the add runs under the lock.
-        try:
-            if item in self._fast_dirty:
-                return DEDUP
-        except TypeError:
-            check_hashable(item)
-            raise
-        lock = self._lock
-        lock.acquire()
-        try:
-            outcome = self._core.add(item)
-            if outcome == QUEUED and self._getters:
-                self._readable.notify()
-            return outcome
-        finally:
-            lock.release()
+    def _wake_one(self) -> None:
+        self._readable.notify()
 
     # -- handing out -------------------------------------------------------------------------------------
 
@@ -207,27 +143,6 @@ class Queue(Generic[T]):
             finally:
                 self.done(item)
 
-    # -- inspection --------------------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        """Keys waiting to be handed out. Not counted: keys being processed, keys re-added while being
-        processed (until their ``done``), delayed keys not yet due. Informational: it may change at once."""
-        with self._lock:
-            return self._core.ready_len()
-
-    def stats(self) -> QueueStats:
-        """Counters of the queue's decisions. Raises ``RuntimeError`` unless built with ``stats=True``."""
-        with self._lock:
-            snapshot = self._core.stats()
-        if snapshot is None:
-            raise RuntimeError("this queue does not count its decisions; build it with stats=True")
-        return snapshot
-
-    @property
-    def shutting_down(self) -> bool:
-        """True once :meth:`shut_down` or :meth:`shut_down_with_drain` has been called."""
-        return self._core.shutting_down
-
     # -- shutdown ----------------------------------------------------------------------------------------
 
     def shut_down(self) -> None:
@@ -275,57 +190,17 @@ class Queue(Generic[T]):
             if self._getters:
                 self._readable.notify_all()
 
-    def __repr__(self) -> str:
-        core = self._core
-        return (
-            f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
-            f"processing={len(core.processing)} delayed={core.delayed_count} "
-            f"shutting_down={core.shutting_down}>"
-        )
 
-
-class DelayingQueue(Queue[T]):
-    """A :class:`Queue` with :meth:`add_after`."""
-
-    def add_after(self, item: T, delay: float) -> AddResult:
-        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
-
-        Of several delayed adds of one key the earliest time wins. A plain :meth:`add` does not cancel a delayed
-        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
-        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
-        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
-        ``DELAY_KEPT`` for a delayed entry, else what :meth:`add` returns).
-        """
-        delay = check_delay(delay)
-        lock = self._lock
-        lock.acquire()
-        try:
-            outcome = self._core.add_after(item, delay)
-            if outcome in (QUEUED, DELAYED) and self._getters:
-                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
-                self._readable.notify()
-            return outcome
-        finally:
-            lock.release()
+class DelayingQueue(Queue[T], DelayedAdds[T]):
+    """A :class:`Queue` with ``add_after(item, delay)`` (from :class:`~keyqueue._shell.DelayedAdds`)."""
 
 
 class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
     """A :class:`DelayingQueue` whose failed keys come back after a delay chosen by a :class:`RateLimiter`.
 
-    The worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``, always ``done(key)``.
-    The default limiter is :func:`~keyqueue.default_controller_rate_limiter` on the queue's clock.
-    ``add_rate_limited``, ``forget`` and ``num_requeues`` come from :class:`~keyqueue._core.RateLimitedAdds`
+    ``RateLimitingQueue(rate_limiter=None, *, name="", clock=None, metrics_provider=None, stats=False)``. The
+    worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``, always ``done(key)``. The
+    default limiter is :func:`~keyqueue.default_controller_rate_limiter` on the queue's clock.
+    ``add_rate_limited``, ``forget`` and ``num_requeues`` come from :class:`~keyqueue._shell.RateLimitedAdds`
     (shared with the asyncio shell).
     """
-
-    def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
-        self._init_rate_limiter(rate_limiter)

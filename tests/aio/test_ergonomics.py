@@ -10,7 +10,7 @@ import pytest
 
 import keyqueue
 from keyqueue import AddResult, aio
-from keyqueue._core import RateLimitedAdds
+from keyqueue._shell import RateLimitedAdds, ShellBase
 from tests.aio.helpers import run, state, until_waiting
 
 
@@ -179,8 +179,9 @@ def test_lease_cancelled_while_waiting_takes_nothing_and_lease_timeout() -> None
 def test_both_shells_share_one_rate_limiting_implementation_and_the_lazy_submodule() -> None:
     assert issubclass(aio.RateLimitingQueue, RateLimitedAdds)
     assert issubclass(keyqueue.RateLimitingQueue, RateLimitedAdds)
-    for name in ("add_rate_limited", "forget", "num_requeues"):
+    for name in ("add", "add_after", "add_rate_limited", "forget", "num_requeues", "__len__", "stats"):
         assert getattr(aio.RateLimitingQueue, name) is getattr(keyqueue.RateLimitingQueue, name)
+    assert issubclass(aio.Queue, ShellBase) and issubclass(keyqueue.Queue, ShellBase)
     assert keyqueue.aio is aio
     with pytest.raises(AttributeError):
         _: Any = keyqueue.no_such_attribute

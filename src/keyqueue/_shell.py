@@ -1,0 +1,204 @@
+"""What the threading shell and the asyncio shell share: everything except waiting and waking.
+
+A shell is one :class:`~keyqueue._core.QueueCore` behind one :class:`threading.Lock`. The adding side (``add``,
+``add_after``, ``add_rate_limited``), inspection and construction are identical in both shells and live here;
+each shell supplies only how a getter waits and is woken (:meth:`ShellBase._init_waiting`,
+:meth:`ShellBase._wake_one`, :meth:`ShellBase._on_clock_jump`) and its blocking or awaitable methods.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+from keyqueue._core import (
+    DEDUP,
+    DELAYED,
+    QUEUED,
+    AddResult,
+    CountingCore,
+    QueueCore,
+    QueueStats,
+    check_delay,
+    check_hashable,
+)
+from keyqueue.clock import Clock, RealClock
+from keyqueue.metrics import recorder_for
+from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+
+__all__ = ["DelayedAdds", "RateLimitedAdds", "ShellBase"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class ShellBase(Generic[T]):
+    """Construction, ``add`` (with the lock-free dedup path), ``len``, ``stats``, ``shutting_down``."""
+
+    # Truthy while at least one getter waits (a count in the threading shell, a deque of futures in asyncio),
+    # so that adds skip waking when nobody waits.
+    _getters: Any
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+        self.name = name
+        self.clock: Clock = clock if clock is not None else RealClock()
+        # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.
+        self._lock = threading.Lock()
+        self._init_waiting()
+        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
+        self._fast_dirty = self._core.fast_dirty
+        self.clock.subscribe(self._on_clock_jump)
+
+    # -- what each shell supplies -------------------------------------------------------------------------
+
+    def _init_waiting(self) -> None:
+        """Create the waiter bookkeeping (``self._lock`` exists already)."""
+        raise NotImplementedError
+
+    def _wake_one(self) -> None:
+        """Wake one waiting getter so it re-checks the queue. Called with the lock held, only if ``_getters``."""
+        raise NotImplementedError
+
+    def _on_clock_jump(self) -> None:
+        """The clock jumped (``FakeClock.step``, from any thread): waiting getters re-check what is due."""
+        raise NotImplementedError
+
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
+        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
+        return (CountingCore if stats else QueueCore)(self.clock, recorder)
+
+    # -- adding ------------------------------------------------------------------------------------------
+
+    def add(self, item: T) -> AddResult:
+        """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
+
+        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
+        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
+        Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
+        """
+        # Lock-free dedup. If the probe sees item in dirty, this add is linearised at the probe: at that instant
+        # the locked algorithm would also have returned without a change (a dirty key is a no-op whether it is
+        # waiting or being processed, and after shutdown every add is a no-op). Being dirty at that instant
+        # guarantees a hand-out that starts after it (the key is in the fifo, or done() will re-queue it), which
+        # is all an add promises. The probe is one read of a built-in set that is written only under the lock;
+        # such reads are atomic with respect to the set's writers in CPython with or without the GIL, so it sees
+        # a state the set really had. If the probe misses (or fast_dirty is the empty set of a core that must
+        # see every add), the add runs under the lock.
+        try:
+            if item in self._fast_dirty:
+                return DEDUP
+        except TypeError:
+            check_hashable(item)
+            raise
+        lock = self._lock
+        lock.acquire()
+        try:
+            outcome = self._core.add(item)
+            if outcome is QUEUED and self._getters:  # `is`: enum members are singletons
+                self._wake_one()
+            return outcome
+        finally:
+            lock.release()
+
+    # -- inspection --------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Keys waiting to be handed out. Not counted: keys being processed, keys re-added while being
+        processed (until their ``done``), delayed keys not yet due. Informational: it may change at once."""
+        with self._lock:
+            return self._core.ready_len()
+
+    def stats(self) -> QueueStats:
+        """Counters of the queue's decisions. Raises ``RuntimeError`` unless built with ``stats=True``."""
+        with self._lock:
+            snapshot = self._core.stats()
+        if snapshot is None:
+            raise RuntimeError("this queue does not count its decisions; build it with stats=True")
+        return snapshot
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once ``shut_down()`` or ``shut_down_with_drain()`` has been called."""
+        return self._core.shutting_down
+
+    def __repr__(self) -> str:
+        core = self._core
+        return (
+            f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
+            f"processing={len(core.processing)} delayed={core.delayed_count} "
+            f"shutting_down={core.shutting_down}>"
+        )
+
+
+class DelayedAdds(ShellBase[T]):
+    """``add_after``, for both shells' ``DelayingQueue``."""
+
+    def add_after(self, item: T, delay: float) -> AddResult:
+        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
+        Never blocks; callable from any thread.
+
+        Of several delayed adds of one key the earliest time wins. A plain ``add`` does not cancel a delayed
+        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
+        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
+        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
+        ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
+        the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
+        """
+        delay = check_delay(delay)
+        lock = self._lock
+        lock.acquire()
+        try:
+            outcome = self._core.add_after(item, delay)
+            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
+                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
+                self._wake_one()
+            return outcome
+        finally:
+            lock.release()
+
+
+class RateLimitedAdds(DelayedAdds[T]):
+    """``add_rate_limited`` / ``forget`` / ``num_requeues`` and the ``rate_limiter`` constructor argument, for
+    both shells' ``RateLimitingQueue``."""
+
+    def __init__(
+        self,
+        rate_limiter: RateLimiter[T] | None = None,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
+        self.rate_limiter: RateLimiter[T] = (
+            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
+        )
+
+    def add_rate_limited(self, item: T) -> AddResult:
+        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
+
+        Never blocks (the limiter computes a delay, it does not sleep). As in client-go the limiter is consulted
+        even after shutdown (the add itself is then dropped). Raises ``TypeError`` for an unhashable item before
+        the limiter records anything.
+        """
+        check_hashable(item)
+        return self.add_after(item, self.rate_limiter.when(item))
+
+    def forget(self, item: T) -> None:
+        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""
+        self.rate_limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        """How many failures of ``item`` the limiter remembers."""
+        return self.rate_limiter.num_requeues(item)
