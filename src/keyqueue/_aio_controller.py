@@ -22,7 +22,6 @@ from keyqueue.aio import RateLimitingQueue
 from keyqueue.clock import Clock
 from keyqueue.controller import ControllerBase, Result
 from keyqueue.errors import ShutDown
-from keyqueue.ratelimit import default_controller_rate_limiter
 
 if TYPE_CHECKING:
     import logging
@@ -44,6 +43,9 @@ class Controller(ControllerBase[T]):
     coroutines of that loop. Adding keys to :attr:`queue` works from any thread.
     """
 
+    _priority_queue_class = PriorityQueue
+    _rate_limiting_queue_class = RateLimitingQueue
+
     def __init__(
         self,
         reconcile: Callable[[T], Awaitable[Result | None] | Result | None],
@@ -59,28 +61,11 @@ class Controller(ControllerBase[T]):
         registry: Any = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        if not callable(reconcile):
-            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
-        if name is None:
-            name = getattr(reconcile, "__name__", "") or "controller"
-        if queue is None:
-            if use_priority_queue:
-                queue = PriorityQueue(name=name, clock=clock, metrics_provider=metrics_provider)
-            else:
-                queue = RateLimitingQueue(
-                    default_controller_rate_limiter(clock=clock),
-                    name=name, clock=clock, metrics_provider=metrics_provider,
-                )
-        elif not isinstance(queue, RateLimitingQueue):
-            raise TypeError(
-                "queue must be a keyqueue.aio.RateLimitingQueue or keyqueue.aio.PriorityQueue, got "
-                f"{type(queue).__name__}: {queue!r:.80}"
-            )
-        self._queue = queue
         super().__init__(
-            name=name, workers=workers, drain=drain, stop_timeout=stop_timeout, registry=registry, logger=logger
+            reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
+            use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,
+            registry=registry, logger=logger,
         )
-        self._reconcile = reconcile
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stop_requested = False

@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
 from keyqueue._core import check_timeout
 from keyqueue._priority_core import check_priority
@@ -302,17 +302,45 @@ class ControllerBase(Generic[T]):
     """What the threading and asyncio controllers share: the outcome table and the metrics. Not public."""
 
     _queue: Any
+    # Each shell's queue classes: the default queue is built from these, and a given queue must be one.
+    _priority_queue_class: ClassVar[type[Any]]
+    _rate_limiting_queue_class: ClassVar[type[Any]]
 
     def __init__(
         self,
+        reconcile: Callable[..., Any],
+        queue: Any,
         *,
-        name: str,
+        name: str | None,
         workers: int,
         drain: bool,
         stop_timeout: float | None,
+        use_priority_queue: bool,
+        clock: Clock | None,
+        metrics_provider: Any,
         registry: Any,
         logger: logging.Logger | None,
     ) -> None:
+        if not callable(reconcile):
+            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
+        if name is None:
+            name = getattr(reconcile, "__name__", "") or "controller"
+        rlq = self._rate_limiting_queue_class
+        if queue is None:
+            if use_priority_queue:
+                queue = self._priority_queue_class(name=name, clock=clock, metrics_provider=metrics_provider)
+            else:
+                queue = rlq(
+                    default_controller_rate_limiter(clock=clock),
+                    name=name, clock=clock, metrics_provider=metrics_provider,
+                )
+        elif not isinstance(queue, rlq):
+            raise TypeError(
+                f"queue must be a {rlq.__module__}.RateLimitingQueue or {rlq.__module__}.PriorityQueue, got "
+                f"{type(queue).__name__}: {queue!r:.80}"
+            )
+        self._queue = queue
+        self._reconcile = reconcile
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str, got {type(name).__name__}: {name!r:.80}")
         if not isinstance(workers, int) or isinstance(workers, bool):
@@ -395,6 +423,9 @@ class Controller(ControllerBase[T]):
     Raises ``TypeError``/``ValueError`` for bad arguments.
     """
 
+    _priority_queue_class = PriorityQueue
+    _rate_limiting_queue_class = RateLimitingQueue
+
     def __init__(
         self,
         reconcile: Callable[[T], Result | None],
@@ -410,28 +441,11 @@ class Controller(ControllerBase[T]):
         registry: Any = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        if not callable(reconcile):
-            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
-        if name is None:
-            name = getattr(reconcile, "__name__", "") or "controller"
-        if queue is None:
-            if use_priority_queue:
-                queue = PriorityQueue(name=name, clock=clock, metrics_provider=metrics_provider)
-            else:
-                queue = RateLimitingQueue(
-                    default_controller_rate_limiter(clock=clock),
-                    name=name, clock=clock, metrics_provider=metrics_provider,
-                )
-        elif not isinstance(queue, RateLimitingQueue):
-            raise TypeError(
-                "queue must be a keyqueue.RateLimitingQueue or keyqueue.PriorityQueue, got "
-                f"{type(queue).__name__}: {queue!r:.80}"
-            )
-        self._queue = queue
         super().__init__(
-            name=name, workers=workers, drain=drain, stop_timeout=stop_timeout, registry=registry, logger=logger
+            reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
+            use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,
+            registry=registry, logger=logger,
         )
-        self._reconcile = reconcile
         self._state = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._started = False
