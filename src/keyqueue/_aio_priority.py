@@ -8,12 +8,10 @@ any-thread guarantees are those of :class:`keyqueue.aio.RateLimitingQueue`.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from keyqueue.aio import RateLimitingQueue
-from keyqueue.clock import Clock
-from keyqueue.priority import PriorityAdds, default_priority_rate_limiter
-from keyqueue.ratelimit import RateLimiter
+from keyqueue.priority import PriorityAdds
 
 __all__ = ["PriorityQueue"]
 
@@ -29,23 +27,6 @@ class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
     rate_limited=False)`` (a plain method, callable from any thread) and ``await get_with_priority()``.
     ``rate_limiter`` defaults to controller-runtime's (per-key exponential 5 ms .. 1000 s, no token bucket).
     """
-
-    def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        super().__init__(
-            rate_limiter if rate_limiter is not None else default_priority_rate_limiter(),
-            name=name,
-            clock=clock,
-            metrics_provider=metrics_provider,
-            stats=stats,
-        )
 
     async def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
         """Like :meth:`get`: take the next key (waiting while none is ready), returning ``(key, priority)`` — the

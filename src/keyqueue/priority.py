@@ -148,6 +148,24 @@ class PriorityAdds(Generic[T]):
     clock: Clock
     name: str
 
+    def __init__(
+        self,
+        rate_limiter: RateLimiter[T] | None = None,
+        *,
+        name: str = "",
+        clock: Clock | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+    ) -> None:
+        # The shell's RateLimitingQueue comes next in the MRO; only the default limiter differs.
+        super().__init__(  # type: ignore[call-arg]
+            rate_limiter if rate_limiter is not None else default_priority_rate_limiter(),
+            name=name,
+            clock=clock,
+            metrics_provider=metrics_provider,
+            stats=stats,
+        )
+
     _getters: Any
     if TYPE_CHECKING:
 
@@ -270,23 +288,6 @@ class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
     after=0.0, rate_limited=False)`` and :meth:`get_with_priority`. ``rate_limiter`` defaults to
     :func:`default_priority_rate_limiter`. ``stats=True`` counts decisions (:class:`~keyqueue.QueueStats`).
     """
-
-    def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-    ) -> None:
-        super().__init__(
-            rate_limiter if rate_limiter is not None else default_priority_rate_limiter(),
-            name=name,
-            clock=clock,
-            metrics_provider=metrics_provider,
-            stats=stats,
-        )
 
     def get_with_priority(self, timeout: float | None = None) -> tuple[T, int]:
         """Like :meth:`get`: take the next key (blocking while none is ready), returning ``(key, priority)`` —
