@@ -9,7 +9,9 @@ Three kinds of provider:
   exports ``workqueue_depth``, ``workqueue_adds_total``, ``workqueue_queue_duration_seconds``,
   ``workqueue_work_duration_seconds``, ``workqueue_unfinished_work_seconds``,
   ``workqueue_longest_running_processor_seconds`` and ``workqueue_retries_total`` with label ``name``, exactly as
-  client-go's standard adapter does. :func:`serve` publishes a registry on ``/metrics``.
+  client-go's standard adapter does (``priority_label=True`` adds controller-runtime's ``priority`` label to
+  ``workqueue_depth`` only, splitting a priority queue's depth per priority). :func:`serve` publishes a registry on
+  ``/metrics``.
 * :class:`SnapshotMetricsProvider`: the same numbers as plain Python objects
   (:meth:`~SnapshotMetricsProvider.snapshot`), no dependency. Both count inside the queue, under the queue's
   lock, and compute the in-flight gauges when read.

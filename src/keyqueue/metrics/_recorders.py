@@ -8,7 +8,8 @@ of its own on the hot path.
   exactly as client-go's ``defaultQueueMetrics`` does; the two in-flight gauges are set by :meth:`PushRecorder.refresh`.
 * :class:`PullRecorder` only counts, in plain Python ints and lists; a
   :class:`~keyqueue.metrics.SnapshotMetricsProvider` reads those counts (under the queue's lock) when it is asked
-  for a snapshot, e.g. at Prometheus scrape time.
+  for a snapshot, e.g. at Prometheus scrape time. A priority queue attaches its per-priority depth
+  (a :class:`PriorityDepthSource`) to its recorder, so that a snapshot reads it under the same lock.
 
 Both forget a key when it stops needing it: its add time at ``get``, its processing start at ``done``.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "BUCKET_BOUNDS_NS",
     "HIST_SLOTS",
     "LockLike",
+    "PriorityDepthSource",
     "PullRecorder",
     "PushRecorder",
     "bucket_index",
@@ -97,6 +99,15 @@ class LockLike(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
     ) -> Any: ...
+
+
+class PriorityDepthSource(Protocol):
+    """Per-priority depth a priority queue keeps under its own lock (:class:`keyqueue.priority.PriorityDepth`)."""
+
+    def snapshot(self) -> dict[str, int]:
+        """A fresh dict: priority label (decimal priority, or ``exceeded_cardinality_limit`` past the cap) → ready
+        keys. Called with the queue's lock held."""
+        ...
 
 
 def _guard(lock: LockLike | None) -> contextlib.AbstractContextManager[Any]:
@@ -190,9 +201,24 @@ class PullRecorder:
     a key that is not dirty and ``get`` removes it, so ``len(added)`` is client-go's depth (never negative) and
     ``adds`` = keys handed out (the queue histogram's count) + ``len(added)``. That spares ``add`` a counter: the
     hook is the dict's own C ``setdefault`` (keeping the first time, as client-go does), not a Python method.
+
+    ``priority_depth``: ``None`` for a plain queue; a priority queue sets it to its per-priority depth at
+    construction (:class:`PriorityDepthSource`). Only :meth:`read` looks at it, so the event hooks are the same for
+    every queue.
     """
 
-    __slots__ = ("__weakref__", "_started", "add", "added", "clock", "lock", "queue_hist", "retries", "work_hist")
+    __slots__ = (
+        "__weakref__",
+        "_started",
+        "add",
+        "added",
+        "clock",
+        "lock",
+        "priority_depth",
+        "queue_hist",
+        "retries",
+        "work_hist",
+    )
 
     def __init__(self, clock: Clock, lock: LockLike | None) -> None:
         self.clock = clock
@@ -202,6 +228,7 @@ class PullRecorder:
         self.work_hist = [0] * HIST_SLOTS
         self.added: dict[Hashable, int] = {}
         self._started: dict[Hashable, int] = {}
+        self.priority_depth: PriorityDepthSource | None = None
         # MetricsRecorder.add(item, t_ns); setdefault's return value is ignored by the core.
         self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
@@ -236,9 +263,11 @@ class PullRecorder:
     def retry(self) -> None:
         self.retries[0] += 1
 
-    def read(self) -> tuple[int, list[int], list[int], int, list[int], int]:
-        """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now)."""
+    def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
+        """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now, depth per
+        priority label or ``None`` for a queue without priorities). The per-priority counts sum to ``depth``."""
         with _guard(self.lock):
+            priority_depth = self.priority_depth
             return (
                 self.retries[0],
                 list(self.queue_hist),
@@ -246,4 +275,5 @@ class PullRecorder:
                 len(self.added),
                 list(self._started.values()),
                 self.clock.now_ns(),
+                None if priority_depth is None else priority_depth.snapshot(),
             )

@@ -3,8 +3,9 @@
 :class:`PrometheusMetricsProvider` is a :class:`~keyqueue.metrics.SnapshotMetricsProvider` (counting happens inside
 each queue, under its lock) plus a collector that turns a snapshot into the seven metric families of client-go's
 standard adapter (``k8s.io/component-base/metrics/prometheus/workqueue``) at scrape time: same names, types, help
-texts, label ``name`` and histogram buckets. No ``*_created`` samples are produced. :func:`serve` publishes a
-registry on ``/metrics``.
+texts, label ``name`` and histogram buckets. No ``*_created`` samples are produced. With ``priority_label=True``
+``workqueue_depth`` alone also carries controller-runtime's ``priority`` label (see
+:class:`PrometheusMetricsProvider`). :func:`serve` publishes a registry on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from keyqueue.metrics.snapshot import HistogramSnapshot, QueueMetrics, SnapshotMetricsProvider
+from keyqueue.metrics.snapshot import PLAIN_PRIORITY_LABEL, HistogramSnapshot, QueueMetrics, SnapshotMetricsProvider
 
 __all__ = ["HELP", "MetricsServer", "PrometheusMetricsProvider", "serve"]
 
@@ -52,10 +53,13 @@ HELP: Final[dict[str, str]] = {
 _LE: Final = ("1e-08", "1e-07", "1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1", "1", "10")
 
 _LABELS: Final = ("name",)
+_DEPTH_PRIORITY_LABELS: Final = ("name", "priority")
 
 
-def _families(snapshot: dict[str, QueueMetrics]) -> Iterator[Metric]:
-    depth = GaugeMetricFamily("workqueue_depth", HELP["workqueue_depth"], labels=_LABELS)
+def _families(snapshot: dict[str, QueueMetrics], priority_label: bool) -> Iterator[Metric]:
+    depth = GaugeMetricFamily(
+        "workqueue_depth", HELP["workqueue_depth"], labels=_DEPTH_PRIORITY_LABELS if priority_label else _LABELS
+    )
     adds = CounterMetricFamily("workqueue_adds_total", HELP["workqueue_adds_total"], labels=_LABELS)
     queue_duration = HistogramMetricFamily(
         "workqueue_queue_duration_seconds", HELP["workqueue_queue_duration_seconds"], labels=_LABELS
@@ -74,7 +78,13 @@ def _families(snapshot: dict[str, QueueMetrics]) -> Iterator[Metric]:
     retries = CounterMetricFamily("workqueue_retries_total", HELP["workqueue_retries_total"], labels=_LABELS)
     for name, m in snapshot.items():
         label = [name]
-        depth.add_metric(label, m.depth)
+        if not priority_label:
+            depth.add_metric(label, m.depth)  # a priority queue's total: its ready keys over all priorities
+        elif m.depth_by_priority is None:
+            depth.add_metric([name, PLAIN_PRIORITY_LABEL], m.depth)
+        else:
+            for priority, n in m.depth_by_priority.items():
+                depth.add_metric([name, priority], n)
         adds.add_metric(label, m.adds)  # no `created=`: no *_created sample
         queue_duration.add_metric(label, _buckets(m.queue_duration), m.queue_duration.sum)
         work_duration.add_metric(label, _buckets(m.work_duration), m.work_duration.sum)
@@ -93,17 +103,18 @@ def _buckets(h: HistogramSnapshot) -> list[tuple[str, float]]:
 class _Collector:
     """The registry-facing side of one provider: a snapshot rendered as metric families at each scrape."""
 
-    def __init__(self, provider: SnapshotMetricsProvider) -> None:
+    def __init__(self, provider: SnapshotMetricsProvider, priority_label: bool) -> None:
         self._provider = provider
+        self._priority_label = priority_label
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self._provider.snapshot()
         if snapshot:  # no named queue yet: export nothing at all (as an unused Go metric vector does)
-            yield from _families(snapshot)
+            yield from _families(snapshot, self._priority_label)
 
     def describe(self) -> Iterator[Metric]:
         # The names this collector owns, so the registry can refuse a clash at register() time without collecting.
-        return _families({})
+        return _families({}, self._priority_label)
 
 
 class PrometheusMetricsProvider(SnapshotMetricsProvider):
@@ -116,17 +127,40 @@ class PrometheusMetricsProvider(SnapshotMetricsProvider):
     counts add up). Queues with an empty name export nothing; until a named queue exists nothing is exported.
 
     Each scrape takes every live queue's lock once, briefly, to copy its counters; nothing runs in the background.
+
+    What is exported, per queue name:
+
+    * ``priority_label=False`` (default; client-go's exposition, for existing dashboards): all seven families
+      carry exactly one label, ``name``. ``workqueue_depth`` of a priority queue is its total ready keys (keys
+      waiting for a delay are not counted). No ``priority`` label appears anywhere.
+    * ``priority_label=True`` (controller-runtime's flavour): ``workqueue_depth`` carries ``name`` and
+      ``priority``; the other six families still carry only ``name``. A plain queue's depth is one series with
+      ``priority=""``. A priority queue's ready keys are split by the priority they are ready at: one series per
+      label, the decimal priority (``"-5"``, ``"0"``, ``"10"``) for each of the queue's first 25 distinct
+      priorities, and ``exceeded_cardinality_limit`` for every later one (the queue's own cap,
+      :class:`keyqueue.priority.PriorityDepth`); a label once given stays, at 0 when empty, while the queue lives.
+      The series of one name sum to its depth in the default mode. Queues sharing a name add up per label (each
+      priority queue caps its own labels).
+
+    Raises ``TypeError`` for a ``registry`` that is not a ``CollectorRegistry`` or a ``priority_label`` that is not
+    a ``bool`` (nothing is registered then).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, priority_label: bool = False) -> None:
         super().__init__()
         if registry is not None and not isinstance(registry, CollectorRegistry):
             raise TypeError(
                 f"registry must be a prometheus_client CollectorRegistry, got {type(registry).__name__}: "
                 f"{registry!r:.80}"
             )
+        if not isinstance(priority_label, bool):
+            raise TypeError(
+                f"priority_label must be a bool, got {type(priority_label).__name__}: {priority_label!r:.80}"
+            )
         self.registry: CollectorRegistry = REGISTRY if registry is None else registry
-        self._collector = _Collector(self)
+        #: Whether ``workqueue_depth`` carries the ``priority`` label (fixed at construction).
+        self.priority_label: Final = priority_label
+        self._collector = _Collector(self, priority_label)
         try:
             self.registry.register(self._collector)
         except ValueError as exc:

@@ -4,8 +4,8 @@
 keeps plain counters under the queue's own lock (no extra lock, no metric-object calls on the hot path);
 :meth:`SnapshotMetricsProvider.snapshot` turns them into one :class:`QueueMetrics` per queue name, computing the
 in-flight gauges (unfinished work, longest-running processor) from the keys being processed at that moment, on
-each queue's own clock. :class:`~keyqueue.metrics.PrometheusMetricsProvider` is this provider plus a Prometheus
-collector.
+each queue's own clock, and, for names used by a priority queue, the depth per priority label.
+:class:`~keyqueue.metrics.PrometheusMetricsProvider` is this provider plus a Prometheus collector.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 from keyqueue.clock import Clock
 from keyqueue.metrics._recorders import (
@@ -25,7 +26,12 @@ from keyqueue.metrics._recorders import (
     nanos_to_seconds,
 )
 
-__all__ = ["BUCKETS", "HistogramSnapshot", "QueueMetrics", "SnapshotMetricsProvider"]
+__all__ = ["BUCKETS", "PLAIN_PRIORITY_LABEL", "HistogramSnapshot", "QueueMetrics", "SnapshotMetricsProvider"]
+
+#: The priority label under which :attr:`QueueMetrics.depth_by_priority` counts the depth of plain (non-priority)
+#: queues that share a name with a priority queue, and the ``priority`` label value of plain queues in
+#: :class:`~keyqueue.metrics.PrometheusMetricsProvider`'s ``priority_label=True`` mode.
+PLAIN_PRIORITY_LABEL: Final = ""
 
 #: Upper bounds of the two duration histograms, in seconds (client-go: exponential from 1e-8, factor 10, 10 buckets).
 BUCKETS: tuple[float, ...] = tuple(nanos_to_seconds(b) for b in BUCKET_BOUNDS_NS)
@@ -68,6 +74,13 @@ class QueueMetrics:
     * ``retries``: accepted ``add_after`` calls (``add_rate_limited`` included), delayed or not.
     * ``queues``: how many live queues currently use this name (several queues may share one; their counts add up,
       the longest-running value is the maximum).
+    * ``depth_by_priority``: ``None`` unless a live queue of this name is a priority queue
+      (:class:`keyqueue.PriorityQueue`, :class:`keyqueue.aio.PriorityQueue`). Then: priority label → ready keys,
+      summed over the name's live priority queues, where the label is the decimal priority for each queue's first
+      25 distinct priorities and ``exceeded_cardinality_limit`` for the rest (the queue's own cap, see
+      :class:`keyqueue.priority.PriorityDepth`; a label once given stays, possibly at 0). Plain queues sharing the
+      name add their depth under :data:`PLAIN_PRIORITY_LABEL` (``""``; only if such a queue is live). The values
+      sum to ``depth``. Ordered: ``""``, numeric labels ascending, ``exceeded_cardinality_limit``.
     """
 
     name: str
@@ -79,6 +92,7 @@ class QueueMetrics:
     longest_running_processor_seconds: float
     retries: int
     queues: int
+    depth_by_priority: dict[str, int] | None = field(default=None, hash=False)
 
 
 class _Slot:
@@ -157,6 +171,16 @@ class _Series:
         self.slots = live
 
 
+def _label_order(label: str) -> tuple[int, int]:
+    # "" first, then the decimal priorities by value, then the overflow label (the only other non-numeric one).
+    if label == PLAIN_PRIORITY_LABEL:
+        return (0, 0)
+    try:
+        return (1, int(label))
+    except ValueError:
+        return (2, 0)
+
+
 def _add_into(target: list[int], source: list[int]) -> None:
     for i, v in enumerate(source):
         target[i] += v
@@ -208,15 +232,24 @@ class SnapshotMetricsProvider:
                 series = self._series[name]
                 series.retire_dead()
                 totals = series.retired.copy()
-                depth = unfinished_ns = longest_ns = live = 0
+                depth = unfinished_ns = longest_ns = live = plain_live = plain_depth = 0
+                by_priority: dict[str, int] | None = None
                 for slot in series.slots:
                     recorder = slot.ref()
                     if recorder is None:  # died since retire_dead(): read it as retired (folded next time)
                         totals.add_dead(slot)
                         continue
-                    retries, qh, wh, d, starts, now = recorder.read()
+                    retries, qh, wh, d, starts, now, prio = recorder.read()
                     del recorder
                     live += 1
+                    if prio is None:
+                        plain_live += 1
+                        plain_depth += d
+                    else:
+                        if by_priority is None:
+                            by_priority = {}
+                        for label, n in prio.items():
+                            by_priority[label] = by_priority.get(label, 0) + n
                     totals.retries += retries
                     _add_into(totals.queue_hist, qh)
                     _add_into(totals.work_hist, wh)
@@ -224,6 +257,10 @@ class SnapshotMetricsProvider:
                     total, oldest = in_flight_ns(starts, now)
                     unfinished_ns += total
                     longest_ns = max(longest_ns, oldest)
+                if by_priority is not None:
+                    if plain_live:
+                        by_priority[PLAIN_PRIORITY_LABEL] = by_priority.get(PLAIN_PRIORITY_LABEL, 0) + plain_depth
+                    by_priority = {label: by_priority[label] for label in sorted(by_priority, key=_label_order)}
                 queue_duration = HistogramSnapshot.from_slots(totals.queue_hist)
                 out[name] = QueueMetrics(
                     name=name,
@@ -237,6 +274,7 @@ class SnapshotMetricsProvider:
                     longest_running_processor_seconds=nanos_to_seconds(longest_ns),
                     retries=totals.retries,
                     queues=live,
+                    depth_by_priority=by_priority,
                 )
         return out
 
