@@ -82,6 +82,9 @@ class Measurement:
     higher_is_better: bool = False
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # Set when the samples are not available, only their summary (a row imported from another script): keys
+    # "median", "min", "max", "n" and optionally "stdev"; ``values`` then holds just the median.
+    summary: dict[str, float] | None = None
 
 
 @dataclass
@@ -150,10 +153,19 @@ class Result:
 
     def __post_init__(self) -> None:
         vals = self.m.values
+        summary = self.m.summary
+        if summary is not None:
+            self.median, self.min, self.max = summary["median"], summary["min"], summary["max"]
+            self.stdev = summary.get("stdev", 0.0)
+            return
         self.median = statistics.median(vals)
         self.min = min(vals)
         self.max = max(vals)
         self.stdev = statistics.stdev(vals) if len(vals) > 1 else 0.0
+
+    @property
+    def repeats(self) -> int:
+        return int(self.m.summary["n"]) if self.m.summary is not None else len(self.m.values)
 
     @property
     def best(self) -> float:
@@ -182,8 +194,8 @@ class Result:
             "min": self.min,
             "max": self.max,
             "stdev": self.stdev,
-            "repeats": len(self.m.values),
-            "values": self.m.values,
+            "repeats": self.repeats,
+            "values": self.m.values if self.m.summary is None else None,
             "loops_per_repeat": self.m.loops,
             "ops_per_repeat": self.m.ops,
             "higher_is_better": self.m.higher_is_better,
@@ -289,7 +301,7 @@ def fmt_number(value: float, unit: str) -> str:
         return "nan"
     if unit == "adds/s":
         return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value:,.0f}"
-    if unit in ("s", "x"):
+    if unit in ("s", "x", "ms"):
         return f"{value:.2f}"
     if abs(value) < 100:
         return f"{value:.1f}"
@@ -315,12 +327,12 @@ def format_table(results: Sequence[Result], skipped: Sequence[tuple[Case, str]])
         if c.group not in groups:
             groups.append(c.group)
             rows.append((f"[{c.group}]",) + ("",) * (len(_COLUMNS) - 1))
-        sd = f"{100 * r.stdev / r.median:.0f}%" if r.median and len(r.m.values) > 1 else "-"
+        sd = f"{100 * r.stdev / r.median:.0f}%" if r.median and r.stdev else "-"
         base = by_id.get(c.baseline) if c.baseline else None
         base_txt = f"{base.case.id} {fmt_number(base.median, base.m.unit)}" if base is not None else ""
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
         target = "; ".join(chk.text for chk in c.checks)
-        best = fmt_number(r.best, r.m.unit) if len(r.m.values) > 1 else "-"
+        best = fmt_number(r.best, r.m.unit) if r.repeats > 1 else "-"
         rows.append((f"  {c.name}", fmt_value(r.median, r.m.unit), best, sd, base_txt, ratio, target, r.verdict,
                      c.reference))
     widths = [max(len(col), *(len(row[i]) for row in rows)) if rows else len(col) for i, col in enumerate(_COLUMNS)]
@@ -357,7 +369,7 @@ def format_targets(results: Sequence[Result]) -> str:
             elif chk.ref is not None:
                 got = f"{measured:.2f}x of {chk.ref}"
             elif chk.field is not None:
-                got = f"{chk.field} = {measured:g}"
+                got = f"{chk.field} = " + (f"{int(measured):,}" if measured == int(measured) else f"{measured:.2f}")
             else:
                 got = fmt_value(measured, r.m.unit)
             out.append(f"  {verdict:4}  {r.case.name}: {got}  (target: {chk.text})")

@@ -20,6 +20,7 @@ from typing import Any
 from benchmarks.cases import build_cases
 from benchmarks.harness import (
     Case,
+    Check,
     Context,
     Measurement,
     Result,
@@ -33,6 +34,8 @@ from benchmarks.harness import (
 )
 
 __all__ = ["main", "select"]
+
+G_API = "API server (benchmarks/bench_apiserver.py)"
 
 HARNESS = (
     "timeit.Timer (statement compiled into the timing loop, gc off while timing); autorange to calibrate and warm "
@@ -60,16 +63,17 @@ def select(cases: Sequence[Case], pattern: str | None) -> list[Case]:
     return [c for c in cases if c.id in wanted]
 
 
-def _plugin_cases(smoke: bool) -> tuple[list[Case], list[tuple[Case, str]]]:
-    """Rows from ``benchmarks/bench_apiserver.py`` if that file exists (written by the apiserver issue).
+def _apiserver_cases(smoke: bool) -> tuple[list[Case], list[tuple[Case, str]]]:
+    """Rows from ``benchmarks/bench_apiserver.py`` (the API-server issue's script) if that file exists.
 
-    Contract (either): ``cases(smoke: bool) -> list[Case]`` using :mod:`benchmarks.harness`; or
-    ``run(smoke: bool) -> Iterable[Mapping]`` where each mapping has ``name``, ``unit`` and ``values`` (or
-    ``median``), optionally ``id`` and ``note``.
+    It may define ``cases(smoke) -> list[Case]`` (rows built with :mod:`benchmarks.harness`), or — what it does
+    now — ``measure(backend, iterations, warmup) -> {metric: {"n", "median_ms", "min_ms", "max_ms", "p99_ms"}}``
+    and ``TARGETS_MS``. Full runs use the etcd backend and the script's default sizes (300 iterations after 30
+    warm-up); ``--smoke`` uses the in-memory backend, 20 iterations after 5 (no etcd process needed).
     """
     if not (Path(__file__).resolve().parent / "bench_apiserver.py").exists():
         return [], []
-    placeholder = Case("apiserver", "apiserver benchmarks (benchmarks/bench_apiserver.py)", "apiserver",
+    placeholder = Case("apiserver", "API server latency (benchmarks/bench_apiserver.py)", G_API,
                        lambda ctx: Skip("not run"))
     try:
         mod = importlib.import_module("benchmarks.bench_apiserver")
@@ -77,37 +81,41 @@ def _plugin_cases(smoke: bool) -> tuple[list[Case], list[tuple[Case, str]]]:
         return [], [(placeholder, f"import failed: {type(e).__name__}: {e}")]
     make = getattr(mod, "cases", None)
     if callable(make):
-        try:
-            return list(make(smoke)), []
-        except Exception as e:
-            return [], [(placeholder, f"cases() raised {type(e).__name__}: {e}")]
-    run = getattr(mod, "run", None)
-    if not callable(run):
-        return [], [(placeholder, "bench_apiserver defines neither cases(smoke) nor run(smoke)")]
+        return list(make(smoke)), []
+    measure = getattr(mod, "measure", None)
+    if not callable(measure):
+        return [], [(placeholder, "bench_apiserver defines neither cases(smoke) nor measure(...)")]
+    backend, iterations, warmup = ("memory", 20, 5) if smoke else ("etcd", 300, 30)
+    targets: Mapping[str, float] = getattr(mod, "TARGETS_MS", {})
+    memo: dict[str, Any] = {}
 
-    state: dict[str, Any] = {}
+    def row(metric: str) -> Any:
+        def run(ctx: Context) -> Measurement | Skip:
+            if "out" not in memo:
+                try:
+                    memo["out"] = measure(backend, iterations, warmup)
+                except Exception as e:  # no etcd binary, port trouble ...: say so, do not fail the whole run
+                    memo["out"] = Skip(f"bench_apiserver.measure({backend!r}) raised {type(e).__name__}: {e}")
+            out = memo["out"]
+            if isinstance(out, Skip):
+                return out
+            r = out[metric]
+            return Measurement(
+                "ms", [r["median_ms"]], ops=int(r["n"]),
+                note=f"{backend} backend, {int(r['n'])} iterations, p99 {r['p99_ms']:.2f} ms",
+                extra=dict(r), summary={"median": r["median_ms"], "min": r["min_ms"], "max": r["max_ms"],
+                                        "n": r["n"]},
+            )
+        return run
 
-    def rows() -> list[Mapping[str, Any]]:
-        if "rows" not in state:
-            state["rows"] = list(run(smoke))
-        return state["rows"]  # type: ignore[no-any-return]
-
-    def from_row(i: int) -> Any:
-        def runner(ctx: Context) -> Measurement | Skip:
-            all_rows = rows()
-            if i >= len(all_rows):
-                return Skip("bench_apiserver.run returned fewer rows")
-            row = all_rows[i]
-            values = row.get("values") or [row["median"]]
-            return Measurement(str(row["unit"]), [float(v) for v in values], note=str(row.get("note") or ""))
-        return runner
-
-    try:
-        listed = rows()
-    except Exception as e:
-        return [], [(placeholder, f"run() raised {type(e).__name__}: {e}")]
-    made = [Case(str(r.get("id") or f"apiserver.{i}"), str(r["name"]), "apiserver", from_row(i))
-            for i, r in enumerate(listed)]
+    names = {"update": "ConfigMap replace (PUT, CAS)", "patch": "ConfigMap strategic-merge patch",
+             "write->watch": "patch → watch event at a 2nd client"}
+    made = []
+    for metric, label in names.items():
+        target = targets.get(metric) if backend == "etcd" else None  # the targets are for the etcd backend
+        checks = (Check(f"≤ {target:g} ms", "le", float(target)),) if target is not None else ()
+        made.append(Case(f"apiserver.{metric.replace('->', '_')}", f"{label} ({backend})", G_API, row(metric),
+                         checks=checks))
     return made, []
 
 
@@ -217,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fail-on-miss", action="store_true", help="exit 1 if a target is missed")
     args = ap.parse_args(argv)
 
-    plugin_cases, plugin_skips = _plugin_cases(args.smoke)
+    plugin_cases, plugin_skips = _apiserver_cases(args.smoke)
     cases = build_cases(args.smoke) + plugin_cases
     if args.list:
         for c in cases:

@@ -59,7 +59,10 @@ def test_every_row_is_measured_or_skipped_with_a_reason(smoke_run: dict[str, Any
     measured = {r["id"] for r in report["results"]}
     skipped = {s["id"]: s["reason"] for s in report["skipped"]}
     assert measured >= ALWAYS, ALWAYS - measured
-    for rid in OPTIONAL:
+    optional = set(OPTIONAL)
+    if (ROOT / "benchmarks" / "bench_apiserver.py").exists():
+        optional |= {"apiserver.update", "apiserver.patch", "apiserver.write_watch"}
+    for rid in optional:
         assert rid in measured or skipped.get(rid), f"{rid} neither measured nor skipped with a reason"
     assert any(r["id"].startswith("scale.1e") for r in report["results"])
     assert set(skipped) & measured == set()
@@ -67,7 +70,9 @@ def test_every_row_is_measured_or_skipped_with_a_reason(smoke_run: dict[str, Any
 
 def test_each_result_has_its_statistics(smoke_run: dict[str, Any]) -> None:
     for r in smoke_run["report"]["results"]:
-        assert r["repeats"] == len(r["values"]) >= 1, r["id"]
+        if r["values"] is not None:  # None only for rows imported as a summary (the API-server script's)
+            assert r["repeats"] == len(r["values"]) >= 1, r["id"]
+        assert r["repeats"] >= 1, r["id"]
         assert r["min"] <= r["median"] <= r["max"], r["id"]
         assert r["stdev"] >= 0, r["id"]
         assert r["unit"], r["id"]
