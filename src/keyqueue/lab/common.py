@@ -73,8 +73,10 @@ def format_count(n: float) -> str:
 
 
 def format_percent(fraction: float, digits: int = 1) -> str:
-    """``0.9921`` → ``99.2%``."""
-    return f"{fraction * 100:.{digits}f}%"
+    """``0.9921`` → ``99.2%``. Rounds down, so that a fraction short of 1 never reads as ``100.0%``
+    (``0.99996`` → ``99.99%`` with 2 digits)."""
+    scale = 10**digits
+    return f"{math.floor(fraction * 100 * scale + 1e-6) / scale:.{digits}f}%"
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
