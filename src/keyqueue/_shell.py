@@ -84,7 +84,9 @@ class ShellBase(Generic[T]):
 
         Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
         ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
-        Raises ``TypeError`` (naming the type) for an unhashable item; the queue is unchanged.
+        After shutdown an add never changes anything; for a key that is still dirty it may report ``DEDUP``
+        rather than ``DROPPED`` (both are no-ops). Raises ``TypeError`` (naming the type) for an unhashable item;
+        the queue is unchanged.
         """
         # Lock-free dedup. If the probe sees item in dirty, this add is linearised at the probe: at that instant
         # the locked algorithm would also have returned without a change (a dirty key is a no-op whether it is
