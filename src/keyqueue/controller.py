@@ -38,6 +38,7 @@ controller starts. Without a registry nothing is recorded. The queue's own metri
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
@@ -325,6 +326,13 @@ class ControllerBase(Generic[T]):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
         if name is None:
             name = getattr(reconcile, "__name__", "") or "controller"
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {type(name).__name__}: {name!r:.80}")
+        if not isinstance(workers, int) or isinstance(workers, bool):
+            raise TypeError(f"workers must be an int, got {type(workers).__name__}: {workers!r:.80}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        stop_timeout = check_timeout(stop_timeout)
         rlq = self._rate_limiting_queue_class
         if queue is None:
             if use_priority_queue:
@@ -341,16 +349,10 @@ class ControllerBase(Generic[T]):
             )
         self._queue = queue
         self._reconcile = reconcile
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty str, got {type(name).__name__}: {name!r:.80}")
-        if not isinstance(workers, int) or isinstance(workers, bool):
-            raise TypeError(f"workers must be an int, got {type(workers).__name__}: {workers!r:.80}")
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.name = name
         self.workers = workers
         self.drain = bool(drain)
-        self.stop_timeout = check_timeout(stop_timeout)
+        self.stop_timeout = stop_timeout
         if logger is None:
             import logging
 
@@ -420,7 +422,8 @@ class Controller(ControllerBase[T]):
       :class:`logging.Logger` (default ``keyqueue.controller``).
 
     Use ``with Controller(fn) as c:`` (start, then stop on exit), ``c.start()`` ... ``c.stop()``, or ``c.run()``.
-    Raises ``TypeError``/``ValueError`` for bad arguments.
+    Raises ``TypeError``/``ValueError`` for bad arguments (checked before any queue is built), including a coroutine
+    function as ``reconcile`` (a worker thread cannot await it: use :class:`keyqueue.aio.Controller`).
     """
 
     _priority_queue_class = PriorityQueue
@@ -441,6 +444,13 @@ class Controller(ControllerBase[T]):
         registry: Any = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        if callable(reconcile) and (
+            inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(type(reconcile).__call__)
+        ):
+            raise TypeError(
+                f"reconcile is a coroutine function ({reconcile!r:.80}); a thread cannot await it: use "
+                "keyqueue.aio.Controller"
+            )
         super().__init__(
             reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
             use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,

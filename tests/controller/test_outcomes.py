@@ -242,3 +242,25 @@ def test_bad_results() -> None:
         Result(requeue_after="1")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Result(priority=1.5)  # type: ignore[arg-type]
+
+
+def test_coroutine_reconcile_is_refused_by_the_threaded_controller() -> None:
+    async def reconcile(key: str) -> None:
+        return None
+
+    class AsyncCallable:
+        async def __call__(self, key: str) -> None:
+            return None
+
+    for fn in (reconcile, AsyncCallable()):
+        with pytest.raises(TypeError, match=r"coroutine function.*keyqueue\.aio\.Controller"):
+            Controller(fn)  # type: ignore[arg-type]
+
+
+def test_bad_arguments_are_refused_before_a_default_queue_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Any] = []
+    monkeypatch.setattr(Controller, "_priority_queue_class", staticmethod(lambda **kw: built.append(kw)))
+    for kwargs in ({"workers": 0}, {"name": ""}, {"stop_timeout": -1}):
+        with pytest.raises((TypeError, ValueError)):
+            Controller(lambda key: None, **kwargs)
+    assert built == []

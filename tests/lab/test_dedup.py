@@ -31,3 +31,15 @@ def test_dedup_fails_loudly_when_a_fact_does_not_hold() -> None:
     result = run_dedup(adds_a=10, adds_b=0)
     assert result.part_b_extra_reconciles == 0
     assert not result.ok
+
+
+def test_dedup_cli_exits_1_when_a_fact_does_not_hold(lab: Lab) -> None:
+    status, s = lab("dedup", "--adds-a", "10", "--adds-b", "0")
+    assert status == 1
+    assert s["ok"] is False
+    assert [fact["held"] for fact in s["facts"]] == [True, True, True, False, False, False]
+
+
+def test_dedup_cli_rejects_negative_sizes(lab: Lab) -> None:
+    status, s = lab("dedup", "--adds-a", "-1")
+    assert status == 2 and s == {}

@@ -3,6 +3,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from keyqueue import DelayingQueue
+
 Lab = Callable[..., tuple[int, dict[str, Any]]]
 
 HELD = 2
@@ -37,3 +41,25 @@ def test_drain_semantics(lab: Lab) -> None:
         assert arm["redelivered"] == ["default/obj-0"]
         assert arm["dropped_delayed"] == ["default/obj-later"]
         assert arm["late_add"] == "DROPPED"
+
+
+def test_a_drain_that_does_not_wait_exits_1(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    # controller-runtime's priority queue implements ShutDownWithDrain as a plain ShutDown: the check must notice.
+    import keyqueue.lab.drain as drain_module
+
+    class NoDrain(DelayingQueue[str]):
+        def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+            self.shut_down()
+            return True
+
+    monkeypatch.setattr(drain_module, "DelayingQueue", NoDrain)
+    status, s = lab("drain", "--work", "20ms", "--drain-timeout", "10ms")
+    assert status == 1
+    assert s["shut_down_with_drain"]["returned"] is True
+    assert s["shut_down_with_drain"]["in_flight_at_return"] == HELD  # returned with the work still in flight
+    assert s["shut_down_with_drain"]["waited_for_work"] is False
+
+
+def test_drain_rejects_bad_durations(lab: Lab) -> None:
+    status, s = lab("drain", "--work", "soon")
+    assert status == 2 and s == {}

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import io
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,59 @@ def test_metrics_port_option(lab: Lab, capsys: pytest.CaptureFixture[str]) -> No
                     "--metrics-port", "0")
     assert status == 0
     assert "metrics (name 'lab') are served at http://127.0.0.1:" in capsys.readouterr().out
+
+
+def test_event_log_add_that_marks_a_key_before_its_get_event() -> None:
+    # A worker emits its Get after get() returned, so a generator add can mark the key in between: the log must
+    # not name the previous holder, and later no-op adds are still "already marked" (not blamed on a retry).
+    from keyqueue import AddResult
+
+    lines: list[str] = []
+    log = EventLog(lines.append, mode="all")
+    log.start()
+    k = "default/obj-0"
+    for event in [("get", k, 1, 1), ("done", k, 1, 1, True, False, 0), ("add", k, AddResult.QUEUED),
+                  ("add", k, AddResult.MARKED), ("get", k, 2, 2), ("add", k, AddResult.DEDUP),
+                  ("done", k, 2, 2, True, True, 0)]:
+        log.emit(event)
+    log.close()
+    text = "\n".join(lines).splitlines()
+    assert text[3:] == [
+        "[ENQUEUE] key=default/obj-0 (generator)",
+        "[REQUEUE-WHILE-PROCESSING] key=default/obj-0 a worker (its Get follows) holds it — marked dirty; done() "
+        "will queue it once more",
+        "[WORKER-2] key=default/obj-0 Get seq=2",
+        "[ENQUEUE] key=default/obj-0 (generator)",
+        "[DEDUP] key=default/obj-0 already marked for redelivery — the add is a no-op",
+        "[WORKER-2] key=default/obj-0 Done seq=2 result=OK → Forget",
+        "[REDELIVERY] key=default/obj-0 was added while WORKER-2 held it → done() put it back in the FIFO (once)",
+    ]
+
+
+class _FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_view_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rich")
+    tty = _FakeTTY()
+    monkeypatch.setattr(sys, "stdout", tty)
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["run", "--duration", "0.3s", "--rate", "2000", "--keys", "4", "--quiet"]) == 0
+    out = tty.getvalue()
+    # The live view: a progress bar through the duration and the current counters, redrawn in place.
+    assert "firehose" in out and "━" in out and "/ 300ms" in out
+    for label in ("enqueued", "adds-total", "dedup-noop", "rwp-marked", "processed", "rate-limited",
+                  "adds-absorbed", "queue.Len"):
+        assert label in out
+    assert "\x1b[" in out  # terminal control sequences: it really is the live view, not plain lines
+    assert "[STATS] final" in out
+
+
+def test_plain_output_on_a_tty_with_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    tty = _FakeTTY()
+    monkeypatch.setattr(sys, "stdout", tty)
+    assert main(["run", "--duration", "0.2s", "--rate", "1000", "--keys", "2", "--quiet", "--plain"]) == 0
+    out = tty.getvalue()
+    assert "[STATS] final" in out and "\x1b[" not in out

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from keyqueue.errors import ShutDown
 from keyqueue.lab.race import SameKeyDetector, run_race
 
 Lab = Callable[..., tuple[int, dict[str, Any]]]
@@ -51,3 +54,57 @@ def test_run_race_rejects_bad_sizes() -> None:
         run_race("keyqueue", workers=0)
     with pytest.raises(ValueError, match="queue_kind"):
         run_race("deque")  # type: ignore[arg-type]
+
+
+def test_control_that_cannot_overlap_exits_1(lab: Lab) -> None:
+    # One worker can never hold a key twice: the control sees no violation, so the run must say it proved nothing.
+    status, s = lab("race", "--control", "--workers", "1", "--keys", "4", "--producers", "2", "--adds", "500")
+    assert status == 1
+    assert s["control"] is True and s["violations"] == 0 and s["as_expected"] is False
+
+
+class _NoProcessingSetQueue:
+    """A mutant of keyqueue.Queue for the harness: FIFO of every add, no dedup, no processing set, no-op done."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: collections.deque[str] = collections.deque()
+        self._closed = False
+
+    def add(self, key: str) -> None:
+        with self._cond:
+            self._items.append(key)
+            self._cond.notify()
+
+    def get(self) -> str:
+        with self._cond:
+            while not self._items:
+                if self._closed:
+                    raise ShutDown
+                self._cond.wait()
+            return self._items.popleft()
+
+    def done(self, key: str) -> None:
+        pass
+
+    def shut_down(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+        self.shut_down()
+        return True
+
+
+def test_a_queue_without_a_processing_set_fails_the_keyqueue_arm(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mutation check of the keyqueue arm itself: swap the queue under test for one that hands out held keys again.
+    import keyqueue.lab.race as race
+
+    monkeypatch.setattr(race, "Queue", _NoProcessingSetQueue)
+    status, s = lab("race", *SMALL, "--adds", "8000")
+    assert s["control"] is False
+    assert s["violations"] > 0
+    assert status == 1 and s["as_expected"] is False

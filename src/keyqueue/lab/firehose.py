@@ -257,8 +257,10 @@ class EventLog:
     def start(self) -> None:
         self._thread.start()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Write what is pending, then stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is pending, then stop the thread. Blocks until everything emitted so far is written (at most
+        ``timeout`` seconds; ``None``, the default: however long the writes take — a ``--verbose`` run on a slow
+        terminal can trail the queue by seconds, and the summary must not overtake or truncate its log)."""
         self._q.put(_STOP)
         self._thread.join(timeout)
 
@@ -305,7 +307,10 @@ class EventLog:
         key = event[1]
         mode = self._mode
         if kind == "get":
-            self._phase[key] = "held"
+            # "marked" here means a generator add marked the key between the worker's get() and this event (the
+            # worker emits after get() returns): the key is held *and* marked. Otherwise it is now simply held.
+            if self._phase.get(key) != "marked":
+                self._phase[key] = "held"
             self._holder[key] = event[2]
             if mode == "all":
                 out.append(f"[WORKER-{event[2]}] key={key} Get seq={event[3]}")
@@ -348,11 +353,14 @@ class EventLog:
             if mode == "follow":
                 self._flush_folded(key, out)
             if result == _MARKED:
+                # Normally the holder's Get was logged already. If not, a worker has taken the key but its Get
+                # event is still on its way (the worker emits it after get() returns): do not name a stale holder.
+                holder = f"WORKER-{self._holder.get(key, '?')}" if phase == "held" else "a worker (its Get follows)"
                 self._phase[key] = "marked"
                 if shown:
                     out.append(f"[ENQUEUE] key={key} (generator)")
                     out.append(
-                        f"[REQUEUE-WHILE-PROCESSING] key={key} WORKER-{self._holder.get(key, '?')} holds it — "
+                        f"[REQUEUE-WHILE-PROCESSING] key={key} {holder} holds it — "
                         "marked dirty; done() will queue it once more"
                     )
             elif result == _QUEUED:

@@ -206,9 +206,23 @@ class _TriggerHandler(BaseHTTPRequestHandler):
         self._send(code, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
     def _drain_body(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 0:
-            self.rfile.read(length)
+        """Read (and ignore) the request body, so that the next request on this keep-alive connection starts at
+        the right byte. A body that cannot be parsed (bad length or chunk framing) closes the connection."""
+        try:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                while True:
+                    size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return
+                    self.rfile.read(size)
+                    self.rfile.readline(1024)  # the CRLF after the chunk
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > 0:
+                self.rfile.read(length)
+        except ValueError:
+            self.close_connection = True
 
     def do_POST(self) -> None:
         self._drain_body()
