@@ -11,14 +11,18 @@ from keyqueue import aio
 R = TypeVar("R")
 
 
-def run(coro: Coroutine[Any, Any, R], timeout: float = 10.0) -> R:
-    """``asyncio.run(coro)`` with a deadline, so a broken wake-up fails the test instead of hanging it."""
+def run(coro: Coroutine[Any, Any, R], timeout: float = 10.0, *, debug: bool = False) -> R:
+    """``asyncio.run(coro)`` with a deadline, so a broken wake-up fails the test instead of hanging it.
+
+    ``debug=True`` runs the loop in asyncio's debug mode, in which a non-thread-safe call on the loop from another
+    thread (e.g. resolving one of its futures directly) raises ``RuntimeError`` instead of passing unnoticed.
+    """
 
     async def main() -> R:
         async with asyncio.timeout(timeout):
             return await coro
 
-    return asyncio.run(main())
+    return asyncio.run(main(), debug=debug)
 
 
 def waiting_getters(q: aio.Queue[Any]) -> int:

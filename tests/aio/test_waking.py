@@ -20,7 +20,7 @@ def test_add_from_a_foreign_thread_wakes_a_waiting_get() -> None:
         assert await asyncio.to_thread(q.add, "x") is AddResult.QUEUED
         assert await t == "x"
 
-    run(main())
+    run(main(), debug=True)
 
 
 def test_done_from_a_foreign_thread_wakes_a_getter_for_the_redelivery() -> None:
@@ -46,6 +46,27 @@ def test_add_from_the_loop_wakes_a_waiting_get() -> None:
         assert await t == "x"
 
     run(main())
+
+
+def test_add_from_a_thread_running_another_event_loop_wakes_a_waiting_get() -> None:
+    # The adder's own running loop is not the getter's loop: the wake-up must still go through the getter's loop
+    # (call_soon_threadsafe), not be applied directly in the wrong loop.
+    async def main() -> None:
+        q: aio.Queue[str] = aio.Queue()
+        t = asyncio.create_task(q.get())
+        await until_waiting(q)
+
+        async def add_in_other_loop() -> AddResult:
+            return q.add("x")
+
+        def other_thread() -> AddResult:
+            return asyncio.run(add_in_other_loop())
+
+        assert await asyncio.to_thread(other_thread) is AddResult.QUEUED
+        assert await t == "x"
+        assert waiting_getters(q) == 0
+
+    run(main(), debug=True)  # debug: a direct set_result from the other loop's thread would raise
 
 
 def test_add_before_any_loop_exists() -> None:
@@ -137,6 +158,22 @@ def test_real_clock_delayed_key_wakes_a_waiting_get_and_earlier_entry_rearms_it(
         await until_waiting(q)
         await asyncio.to_thread(q.add_after, "soon", 0.01)  # must not sleep for the hour
         assert await t == "soon"
+
+    run(main())
+
+
+def test_real_clock_delayed_key_wakes_a_get_waiting_without_timeout() -> None:
+    # No add wakes this getter: only its own timer (armed for the entry's due time) can, and there is no timeout
+    # to fall back on. run()'s 10 s deadline turns a missing wake-up into a failure instead of a hang.
+    async def main() -> None:
+        q: aio.DelayingQueue[str] = aio.DelayingQueue()
+        assert q.add_after("a", 0.02) is AddResult.DELAYED
+        t = asyncio.create_task(q.get())
+        await until_waiting(q)
+        assert not t.done()  # control: not due yet, it really waits
+        assert await t == "a"
+        assert state(q) == ([], set(), {"a"})
+        assert waiting_getters(q) == 0
 
     run(main())
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gc
 import math
+import threading
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 import keyqueue
-from keyqueue import FakeClock, ItemExponentialFailureRateLimiter
+from keyqueue import AddResult, FakeClock, ItemExponentialFailureRateLimiter
 from keyqueue.metrics import BUCKETS, PrometheusMetricsProvider, serve
 from keyqueue.metrics.prometheus import HELP
 from tests.metrics.prom import Scrape
@@ -94,6 +97,39 @@ def test_no_created_series_with_control(registry: CollectorRegistry, provider: P
     assert "control_events_created" in Scrape(registry).names()
 
 
+def test_no_created_series_in_the_openmetrics_exposition_with_control(
+    registry: CollectorRegistry, provider: PrometheusMetricsProvider
+) -> None:
+    """A scraper that asks for OpenMetrics (Prometheus does, by default) gets that format from ``serve()``; it has
+    no ``_created`` samples of ours either, and the same names, types and buckets."""
+    from prometheus_client.openmetrics import exposition, parser
+
+    generate_openmetrics: Any = exposition.generate_latest  # untyped in prometheus_client
+    parse_openmetrics: Any = parser.text_string_to_metric_families
+
+    q: keyqueue.Queue[str] = keyqueue.Queue(name="om", metrics_provider=provider)
+    q.add("k")
+    q.done(q.get())
+    families = {f.name: f for f in parse_openmetrics(generate_openmetrics(registry).decode())}
+    samples = {smp.name for f in families.values() for smp in f.samples}
+    assert samples == expected_sample_names()  # exactly client-go's sample names, no *_created
+    assert {name: f.type for name, f in families.items()} == {
+        "workqueue_depth": "gauge",
+        "workqueue_adds": "counter",
+        "workqueue_queue_duration_seconds": "histogram",
+        "workqueue_work_duration_seconds": "histogram",
+        "workqueue_unfinished_work_seconds": "gauge",
+        "workqueue_longest_running_processor_seconds": "gauge",
+        "workqueue_retries": "counter",
+    }
+    les = [smp.labels["le"] for smp in families["workqueue_work_duration_seconds"].samples if "le" in smp.labels]
+    assert [float(le) for le in les] == [*BUCKETS, math.inf]
+    # Control: OpenMetrics does carry _created for prometheus_client's own counters.
+    Counter("control_events", "a plain prometheus_client counter", registry=registry).inc()
+    names = {smp.name for f in parse_openmetrics(generate_openmetrics(registry).decode()) for smp in f.samples}
+    assert "control_events_created" in names
+
+
 def test_unnamed_queue_exports_nothing(registry: CollectorRegistry, provider: PrometheusMetricsProvider) -> None:
     q: keyqueue.RateLimitingQueue[str] = keyqueue.RateLimitingQueue(metrics_provider=provider)
     assert q._core.metrics is None  # no recorder at all: the core's hot path is one `is not None` check
@@ -103,8 +139,23 @@ def test_unnamed_queue_exports_nothing(registry: CollectorRegistry, provider: Pr
     assert Scrape(registry).text == ""
     assert provider.snapshot() == {}
     # Control: a named queue on the same provider shows up at once.
-    keyqueue.Queue(name="named", metrics_provider=provider).add("k")
+    keyqueue.Queue[str](name="named", metrics_provider=provider).add("k")
     assert Scrape(registry).value("workqueue_adds_total", name="named") == 1
+
+
+@pytest.mark.parametrize("kind", ["queue", "delaying", "ratelimiting"])
+def test_unnamed_queue_exports_nothing_in_either_shell(
+    make_queue: Callable[..., Any], kind: str, registry: CollectorRegistry, provider: PrometheusMetricsProvider
+) -> None:
+    q = make_queue(kind, metrics_provider=provider)
+    q.add("k")
+    if kind != "queue":
+        q.add_after("d", 0)
+    q.done(q.get(timeout=5))
+    assert Scrape(registry).text == "" and provider.snapshot() == {}
+    named = make_queue(kind, name=f"named-{kind}", metrics_provider=provider)  # control: same shell, named
+    named.add("k")
+    assert Scrape(registry).value("workqueue_adds_total", name=f"named-{kind}") == 1
 
 
 def test_retries(registry: CollectorRegistry, provider: PrometheusMetricsProvider) -> None:
@@ -120,9 +171,10 @@ def test_retries(registry: CollectorRegistry, provider: PrometheusMetricsProvide
     assert retries() == 0  # control: a plain add is not a retry
     q.add_after("a", 1.0)
     q.add_after("a", 0.5)  # moves the entry earlier: still an accepted add_after
+    assert q.add_after("a", 5.0) is AddResult.DELAY_KEPT  # a later entry is ignored, but counted like client-go
     q.add_after("b", 0)  # no delay: added now, and counted (client-go counts before the delay check)
     q.add_rate_limited("c")
-    assert retries() == 4
+    assert retries() == 5
     s = Scrape(registry)
     assert s.value("workqueue_depth", name="r") == 2  # plain, b; a and c are delayed
     assert s.value("workqueue_adds_total", name="r") == 2
@@ -132,7 +184,7 @@ def test_retries(registry: CollectorRegistry, provider: PrometheusMetricsProvide
     q.shut_down()
     q.add_after("d", 1.0)
     q.add_rate_limited("e")
-    assert retries() == 4  # dropped after shutdown: not counted
+    assert retries() == 5  # dropped after shutdown: not counted
 
 
 def test_delayed_key_queue_duration_starts_when_due(
@@ -225,7 +277,7 @@ def test_default_registry_is_the_global_one() -> None:
     provider = PrometheusMetricsProvider()
     try:
         assert provider.registry is REGISTRY
-        keyqueue.Queue(name="kq-test-global", metrics_provider=provider).add("k")
+        keyqueue.Queue[str](name="kq-test-global", metrics_provider=provider).add("k")
         assert Scrape(REGISTRY).value("workqueue_adds_total", name="kq-test-global") == 1
     finally:
         provider.unregister()
@@ -248,3 +300,17 @@ def test_serve_rejects_bad_port() -> None:
         serve(port=-1)
     with pytest.raises(ValueError, match="port must be an int"):
         serve(port="9100")  # type: ignore[arg-type]
+
+
+def test_serve_rejects_a_bad_addr_or_registry_before_starting(provider: PrometheusMetricsProvider) -> None:
+    threads = set(threading.enumerate())
+    with pytest.raises(TypeError, match="addr must be a str, got int"):
+        serve(0, addr=127)  # type: ignore[arg-type]
+    # The easy mistake: the provider instead of its registry (would otherwise answer every scrape with a 500).
+    with pytest.raises(TypeError, match=r"CollectorRegistry \(pass provider.registry\), got PrometheusMetrics"):
+        serve(0, registry=provider)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="CollectorRegistry, got dict"):
+        serve(0, registry={})  # type: ignore[arg-type]
+    assert set(threading.enumerate()) == threads  # no serving thread was started
+    with serve(0, registry=provider.registry) as srv:  # control: the right argument serves
+        assert srv.thread.is_alive()

@@ -178,6 +178,9 @@ class PrometheusMetricsProvider(SnapshotMetricsProvider):
 # -- serving /metrics ---------------------------------------------------------------------------------------------
 
 
+_POLL_INTERVAL: Final = 0.05  # seconds; bounds how long MetricsServer.close() waits for the serving loop
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Do not log every scrape to stderr."""
@@ -201,7 +204,9 @@ class MetricsServer:
     url: str
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop serving and release the port. Blocks until the serving thread ends (at most ``timeout`` s)."""
+        """Stop serving and release the port. Blocks until the serving loop has stopped (it notices within
+        about 50 ms), then joins its thread for at most ``timeout`` seconds. A scrape being answered at that
+        moment finishes in its own daemon thread; it is not waited for."""
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout)
@@ -218,15 +223,28 @@ def serve(port: int = 0, addr: str = "127.0.0.1", registry: CollectorRegistry | 
     daemon thread, and return at once. ``port=0`` picks a free port: read it from the result's ``port``/``url``.
 
     One line for a process: ``serve(9100, registry=PrometheusMetricsProvider(reg).registry)``. Any path answers
-    (``/metrics`` by convention). Raises ``OSError`` if the address cannot be bound.
+    (``/metrics`` by convention). Raises ``OSError`` if the address cannot be bound, ``ValueError`` for a port
+    outside 0..65535 and ``TypeError`` for an ``addr`` that is not a ``str`` or a ``registry`` that is not a
+    ``CollectorRegistry`` (e.g. the provider itself instead of its ``.registry``); nothing is started then.
     """
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int in 0..65535, got {type(port).__name__}: {port!r}")
+    if not isinstance(addr, str):
+        raise TypeError(f"addr must be a str, got {type(addr).__name__}: {addr!r:.80}")
+    if registry is not None and not isinstance(registry, CollectorRegistry):
+        hint = " (pass provider.registry)" if isinstance(registry, PrometheusMetricsProvider) else ""
+        raise TypeError(
+            f"registry must be a prometheus_client CollectorRegistry{hint}, got {type(registry).__name__}: "
+            f"{registry!r:.80}"
+        )
     app = make_wsgi_app(REGISTRY if registry is None else registry)
     server_class = _ThreadingServer6 if ":" in addr else _ThreadingServer
     httpd = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
     bound = int(httpd.server_address[1])
     host = f"[{addr}]" if ":" in addr else addr
-    thread = threading.Thread(target=httpd.serve_forever, name=f"keyqueue-metrics:{bound}", daemon=True)
+    # serve_forever polls for shutdown every poll_interval s; the default 0.5 s would make every close() that long.
+    thread = threading.Thread(
+        target=httpd.serve_forever, args=(_POLL_INTERVAL,), name=f"keyqueue-metrics:{bound}", daemon=True
+    )
     thread.start()
     return MetricsServer(httpd, thread, bound, f"http://{host}:{bound}/metrics")
