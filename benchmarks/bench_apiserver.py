@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from kubernetes import client, watch
 
@@ -41,14 +41,17 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 
 def measure(backend: str, iterations: int, warmup: int) -> dict[str, dict[str, float]]:
-    with TestAPIServer(backend) as s:
-        writer_client = s.api_client()
-        watcher_client = s.api_client()
-        api = client.CoreV1Api(writer_client)
-        watch_api = client.CoreV1Api(watcher_client)
+    if backend not in ("etcd", "memory"):
+        raise ValueError(f"backend must be 'etcd' or 'memory', got {backend!r}")
+    # The official client's models and Watch are partly untyped: handle them as Any here.
+    with TestAPIServer(cast(Literal["etcd", "memory"], backend)) as s:
+        writer_client: Any = s.api_client()
+        watcher_client: Any = s.api_client()
+        api: Any = client.CoreV1Api(writer_client)
+        watch_api: Any = client.CoreV1Api(watcher_client)
         ns = "bench"
         api.create_namespace({"metadata": {"name": ns}})
-        cm = api.create_namespaced_config_map(ns, {"metadata": {"name": "target"}, "data": {"i": "0"}})
+        cm: Any = api.create_namespaced_config_map(ns, {"metadata": {"name": "target"}, "data": {"i": "0"}})
 
         update: list[float] = []
         for i in range(warmup + iterations):
@@ -66,7 +69,7 @@ def measure(backend: str, iterations: int, warmup: int) -> dict[str, dict[str, f
                 patch.append(time.perf_counter() - t0)
 
         arrivals: queue.Queue[tuple[str, float]] = queue.Queue()
-        w = watch.Watch()
+        w: Any = cast(Any, watch.Watch)()  # Watch.__init__ is untyped
         rv = api.list_namespaced_config_map(ns).metadata.resource_version
 
         def run_watch() -> None:

@@ -228,3 +228,16 @@ def test_delete_collection(conn: Conn, hns: str) -> None:
     assert status == 200 and sorted(i["metadata"]["name"] for i in out["items"]) == ["a", "b"]
     _, listed, _ = conn.request("GET", base)
     assert [i["metadata"]["name"] for i in listed["items"]] == ["c"]
+
+
+def test_connections_have_tcp_nodelay(server: TestAPIServer, conn: Conn) -> None:
+    """Every accepted connection has TCP_NODELAY set (else delayed ACKs add ~40 ms to small requests)."""
+    import socket
+
+    assert conn.request("GET", "/version")[0] == 200  # the connection is open (keep-alive) and tracked now
+    httpd = server.server._httpd
+    assert httpd is not None
+    with httpd._lock:
+        socks = list(httpd._connections)
+    assert socks, "no open connection tracked"
+    assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)

@@ -256,3 +256,87 @@ def test_periodic_compaction() -> None:
             time.sleep(0.02)
         api_client.close()
     assert not any(t.name == "apiserver-compactor" for t in threading.enumerate())
+
+
+def _busy_port() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.etcd
+def test_failed_start_stops_etcd_and_removes_temp_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The API server cannot bind its port: the etcd already started for it is stopped, temp dirs are removed."""
+    import tempfile
+
+    from keyqueue.apiserver import testserver
+
+    started: list[tuple[int, str]] = []
+
+    class RecordingEtcd(EtcdProcess):
+        def start(self) -> RecordingEtcd:
+            super().start()
+            assert self.pid is not None and self.tmpdir is not None
+            started.append((self.pid, self.tmpdir))
+            return self
+
+    monkeypatch.setattr(testserver, "EtcdProcess", RecordingEtcd)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # every temp dir of this test goes here
+    before = set(_server_threads())
+    with _busy_port() as busy:
+        s = TestAPIServer("etcd", port=busy.getsockname()[1])
+        with pytest.raises(OSError):
+            s.start()
+    assert len(started) == 1, "etcd should have been started before the port clash"
+    pid, etcd_dir = started[0]
+    assert _process_gone(pid)
+    assert not Path(etcd_dir).exists()
+    assert list(tmp_path.iterdir()) == []
+    assert set(_server_threads()) <= before
+
+
+def test_etcd_that_exits_at_start_is_reported_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from keyqueue.apiserver import EtcdStartError
+
+    fake = tmp_path / "fake-etcd"
+    fake.write_text("#!/bin/sh\necho 'fake etcd: refusing to start' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    dirs = tmp_path / "tmp"
+    dirs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(dirs))
+    etcd = EtcdProcess(binary=str(fake))
+    with pytest.raises(EtcdStartError, match="exited with code 3") as info:
+        etcd.start()
+    assert "fake etcd: refusing to start" in str(info.value)
+    assert not etcd.running and etcd.pid is None
+    assert list(dirs.iterdir()) == []  # its data dir is gone
+
+
+def test_constructor_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'sqlite'"):
+        TestAPIServer("sqlite")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"port must be an int within 0\.\.65535"):
+        TestAPIServer("memory", port=70000)
+    with pytest.raises(ValueError, match="bookmark_interval"):
+        TestAPIServer("memory", bookmark_interval=0)
+    with pytest.raises(ValueError, match="compaction_interval"):
+        TestAPIServer("memory", compaction_interval=-1.0)
+
+
+def test_cli_reports_a_start_failure_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from keyqueue.apiserver import cli
+
+    with _busy_port() as busy:
+        code = cli.main(["--kubeconfig", str(tmp_path / "kc"), "--backend", "memory",
+                         "--port", str(busy.getsockname()[1])])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "could not start" in err and "Traceback" not in err
+    assert not (tmp_path / "kc").exists()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--kubeconfig", str(tmp_path / "kc"), "--port", "70000"])
+    assert info.value.code == 2
+    assert "port must be within 0..65535" in capsys.readouterr().err

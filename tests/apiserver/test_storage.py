@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -133,3 +134,55 @@ def test_watch_from_a_future_revision_skips_earlier_changes(backend: Backend, pr
         assert [e.kv.key[len(prefix):] for e in events] == ["f2", "f3"]  # f0, f1 come before the start
     finally:
         w.close()
+
+
+def _first_batch(w: object, within: float = 0.5) -> WatchBatch | None:
+    """The first batch of events (progress notifications skipped), or None if none came within ``within`` s."""
+    deadline = time.monotonic() + within
+    while (left := deadline - time.monotonic()) > 0:
+        batch = w.next(left)  # type: ignore[attr-defined]
+        if batch is None or batch.events:
+            return batch  # type: ignore[no-any-return]
+    return None
+
+
+@pytest.mark.parametrize("change", ["create", "update", "delete"])
+def test_watch_starting_exactly_at_the_compaction_revision(backend: Backend, prefix: str, change: str) -> None:
+    """etcd keeps the PUT made at the compaction revision (without prev_kv) and drops a DELETE made there.
+
+    Run on both backends: the etcd run is the reference the memory backend must match.
+    """
+    created = backend.create(prefix + "k", b"1")
+    assert created.kv is not None
+    if change == "create":
+        at = created
+    elif change == "update":
+        at = backend.update(prefix + "k", b"2", created.kv.mod_revision)
+    else:
+        at = backend.delete(prefix + "k", created.kv.mod_revision)
+    assert at.succeeded
+    backend.compact(at.revision)
+    with pytest.raises(CompactedError):
+        backend.range(prefix, at.revision - 1)
+    w = backend.watch(prefix, at.revision)
+    try:
+        batch = _first_batch(w)
+        if change == "delete":
+            assert batch is None, "etcd drops a DELETE at the compaction revision"
+        else:
+            assert batch is not None, "the PUT at the compaction revision must be delivered"
+            (event,) = batch.events
+            assert event.type == "PUT" and event.kv.mod_revision == at.revision
+            assert event.kv.value == (b"1" if change == "create" else b"2")
+            assert event.prev is None  # the version before the compaction revision is gone
+        later = backend.create(prefix + "later", b"x")  # the watch goes on after the replay
+        nxt = _first_batch(w)
+        assert nxt is not None and [e.kv.mod_revision for e in nxt.events] == [later.revision]
+    finally:
+        w.close()
+    below = backend.watch(prefix, at.revision - 1)
+    try:
+        with pytest.raises(CompactedError):
+            below.next(5.0)
+    finally:
+        below.close()

@@ -194,6 +194,9 @@ def test_stop_while_backing_off_against_a_stopped_server(apiserver: TestAPIServe
     informer = make_informer(ns, backoff=Backoff(initial=5.0, cap=5.0, jitter=0))
     informer.start()
     assert informer.wait_for_cache_sync(WAIT)
+    # A stream that ends before delivering anything is re-opened only after a backoff (no spinning); wait for a
+    # bookmark, so that the stream the server's stop ends has delivered a line and is re-opened at once (refused).
+    wait_until(lambda: informer.stats().bookmarks >= 1, what="a bookmark on the open watch")
     apiserver.stop_server()
     try:
         wait_until(lambda: informer.stats().watch_errors >= 1, what="a refused re-watch")

@@ -304,3 +304,34 @@ def test_repeated_410_without_progress_backs_off_between_relists(scripted: tuple
         assert len(lists) == 4
     finally:
         assert informer.stop(WAIT)
+
+
+def test_a_handler_added_while_the_first_list_completes_misses_nothing(scripted: tuple[Script, Any]) -> None:
+    """add_event_handler checks has_synced and registers under the dispatch lock; the first list must apply its
+    adds *and* mark the informer synced under that same lock, or a handler registered in between gets neither the
+    list's adds (already dispatched) nor the replay for late handlers (not synced yet)."""
+    _, list_func = scripted
+    informer = Informer(list_func, {"namespace": "default"}, backoff=Backoff(initial=0.01, cap=0.05, jitter=0))
+    late = Recorder()
+    registered = threading.Event()
+
+    class RacingEvent(threading.Event):
+        """Registers the late handler from another thread just before the informer is marked synced."""
+
+        def set(self) -> None:
+            if not registered.is_set():
+                registered.set()
+                t = threading.Thread(target=late.register, args=(informer,))
+                t.start()
+                t.join(0.2)  # finishes at once if the dispatch lock is free here (the bug); else it waits for it
+            super().set()
+
+    informer._synced = RacingEvent()
+    informer.start()
+    try:
+        assert informer.wait_for_cache_sync(WAIT)
+        assert registered.is_set()
+        late.wait_for(lambda ev: len(ev) == 2)
+        assert sorted(e[1] for e in late.of("add")) == ["default/a", "default/b"]
+    finally:
+        assert informer.stop(WAIT)

@@ -112,6 +112,29 @@ def test_http_endpoints(pipelines: Callable[..., Pipeline]) -> None:
     assert p.summary()["trigger_errors"] == 1
 
 
+def test_request_bodies_are_consumed_on_keep_alive(pipelines: Callable[..., Pipeline]) -> None:
+    """Bodies (sized or chunked) are read, so the next request on the same connection is parsed correctly."""
+    p = pipelines(workers=1)
+    host, port, _ = check_loopback_url(p.url)
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT)
+    try:
+        conn.request("POST", "/trigger/body-a", body=b'{"ignored": true}', headers={"Content-Length": "17"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["name"] == "body-a"
+        sock = conn.sock
+        conn.request("POST", "/trigger/body-b", body=iter([b"some ", b"chunked ", b"body"]),
+                     encode_chunked=True)
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["name"] == "body-b"
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, b"ok\n")
+        assert conn.sock is sock  # one connection throughout
+    finally:
+        conn.close()
+    assert p.wait_reconciled(WAIT)
+
+
 def test_adds_collapse_while_a_worker_holds_the_key(pipelines: Callable[..., Pipeline]) -> None:
     entered, release = threading.Event(), threading.Event()
     calls: list[str] = []
@@ -270,3 +293,72 @@ def test_percentile_and_microbench() -> None:
         percentile(values, 101)
     micro = microbench_queue(cycles=500)
     assert set(micro) == {"add", "get", "done", "cycle"} and all(v > 0 for v in micro.values())
+
+
+def _children(pid: int) -> list[int]:
+    from keyqueue.lab.pipeline import _child_pids
+
+    return _child_pids(pid)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has exited
+
+
+def _start_cli(tmp_path: Path, *args: str) -> tuple[Any, int]:
+    """Run ``keyqueue-lab pipeline ARGS`` (memory storage, API server in a child process); return the process
+    and its API server child's pid once the banner is out."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "keyqueue.lab", "pipeline", "--backend", "memory",
+                             "--log-lines", "0", "--stats-interval", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("pipeline: triggers on"), line
+    children = _children(proc.pid)
+    assert len(children) == 1, children
+    assert "keyqueue.apiserver" in Path(f"/proc/{children[0]}/cmdline").read_text()
+    return proc, children[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
+    import signal
+
+    proc, child = _start_cli(tmp_path)
+    try:
+        proc.send_signal(signal.SIGKILL)  # no cleanup code runs: the kernel's parent-death signal must do it
+        proc.wait(WAIT)
+        wait_until(lambda: _gone(child), "the API server child exiting after its parent was killed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_during_a_built_in_load_stops_everything(tmp_path: Path) -> None:
+    import signal
+
+    proc, child = _start_cli(tmp_path, "--requests", "1000000", "--concurrency", "2", "--load-in-process")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT) == 130  # interrupted: the pipeline stopped, then the lab exited
+        assert _gone(child)  # stopped (and waited for) before the exit, not left to the kernel
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("keyqueue-pipeline-")]  # temp dir removed

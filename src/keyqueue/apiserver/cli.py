@@ -9,21 +9,51 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from .etcd import EtcdStartError
 from .testserver import TestAPIServer
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
+
+DESCRIPTION = (
+    "A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces), not "
+    "kube-apiserver. It stores objects in a real etcd started for this run (on free loopback ports, temp data dir) "
+    "the way kube-apiserver does, writes a kubeconfig to --kubeconfig, prints where it listens and serves until "
+    "SIGINT or SIGTERM, then stops the server and etcd. Server-side apply is answered with 415 Unsupported Media "
+    "Type: use client-side 'kubectl apply'."
+)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be within 0..65535, got {port}")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``apiserver`` options to ``parser``."""
+    """Add the ``apiserver`` options to ``parser`` (and set its description)."""
+    parser.description = DESCRIPTION
     parser.add_argument("--kubeconfig", required=True, type=Path,
                         help="write a kubeconfig for the server to this path")
     parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
                         help="storage: a real etcd started for this run (default) or in-memory")
-    parser.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--port", type=_port, default=0, help="API server port on 127.0.0.1 (default: a free port)")
     parser.add_argument("--tls", action="store_true", help="serve HTTPS with a throwaway CA (needs openssl)")
     parser.add_argument("--token", action="store_true", help="require a random bearer token (put in the kubeconfig)")
-    parser.add_argument("--compaction-interval", type=float, default=300.0, metavar="SECONDS",
+    parser.add_argument("--compaction-interval", type=_seconds, default=300.0, metavar="SECONDS",
                         help="compact storage this often, like kube-apiserver (default 300; 0 = never)")
 
 
@@ -31,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     """Start etcd (unless ``--backend memory``) and the server, write the kubeconfig, serve.
 
     Blocks until SIGINT or SIGTERM, then stops the server and etcd and returns 0.
-    Must be called from the main thread (it installs signal handlers).
+    If they cannot start (no etcd binary, etcd unhealthy, port taken, kubeconfig not
+    writable), whatever did start is stopped, the reason is printed to stderr and 2
+    is returned.  Must be called from the main thread (it installs signal handlers).
     """
     stop = threading.Event()
 
@@ -40,17 +72,27 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
-                           compaction_interval=args.compaction_interval or None) as s:
-            path = s.write_kubeconfig(args.kubeconfig)
-            etcd = f", etcd {s.etcd.client_url} (pid {s.etcd.pid})" if s.etcd is not None else ""
-            print(f"keyqueue test API server (Kubernetes API subset: ConfigMaps, Namespaces; not kube-apiserver)\n"
-                  f"listening on {s.url} with {args.backend} storage{etcd}\n"
+        server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
+                               compaction_interval=args.compaction_interval or None)
+        try:
+            server.start()
+            path = server.write_kubeconfig(args.kubeconfig)
+        except (EtcdStartError, OSError) as exc:  # FileNotFoundError (no etcd) is an OSError
+            server.stop()
+            print(f"apiserver: could not start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return 2
+        try:
+            etcd = f", etcd {server.etcd.client_url} (pid {server.etcd.pid})" if server.etcd is not None else ""
+            print("keyqueue test API server: a Kubernetes-API-compatible test server for a subset of resources "
+                  "(ConfigMaps, Namespaces), not kube-apiserver\n"
+                  f"listening on {server.url} with {args.backend} storage{etcd}\n"
                   f"kubeconfig: {path}  (export KUBECONFIG={path})\n"
                   f"stop with Ctrl-C or SIGTERM", flush=True)
             while not stop.wait(0.5):
                 pass
             print("stopping", flush=True)
+        finally:
+            server.stop()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -58,10 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m keyqueue.apiserver",
-        description="Kubernetes-API-compatible test server for ConfigMaps and Namespaces, backed by etcd.",
-    )
+    parser = argparse.ArgumentParser(prog="python -m keyqueue.apiserver")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

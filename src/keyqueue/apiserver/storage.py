@@ -200,7 +200,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def compact(self, revision: int) -> None:
-        """Discard history below ``revision`` (already compacted revisions are ignored)."""
+        """Discard history below ``revision`` (already compacted revisions are ignored).
+
+        As in etcd, ``revision`` itself stays readable, and a watch may start at it:
+        it then receives the change made at ``revision`` if that was a PUT (with
+        ``prev`` = ``None``: the state before it is gone), not if it was a DELETE.
+        Reads and watches below ``revision`` raise :class:`CompactedError`.
+        """
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -372,8 +378,20 @@ class MemoryBackend(Backend):
                 raise FutureRevisionError(revision, self._rev)
             if revision <= self._compacted:
                 return
-            # etcd keeps revision `revision` readable and watchable; older ones go.
-            self._history = [e for e in self._history if e.kv.mod_revision > revision]
+            # etcd keeps revision `revision` readable and watchable; older ones go.  Of the
+            # change made *at* `revision`, etcd keeps a PUT (the key's newest version at or
+            # below `revision` survives compaction, so a watch starting there still gets it,
+            # without prev_kv: the version before it is gone) but not a DELETE (tombstones
+            # at or below the compaction revision are dropped).
+            first = bisect.bisect_left(self._history, revision, key=lambda e: e.kv.mod_revision)
+            history = self._history[first:]
+            if history and history[0].kv.mod_revision == revision:
+                at = history[0]
+                if at.type == "PUT":
+                    history[0] = WatchEvent("PUT", at.kv, None)
+                else:
+                    del history[0]
+            self._history = history
             self._compacted = revision
 
     def close(self) -> None:

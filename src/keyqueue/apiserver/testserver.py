@@ -80,6 +80,12 @@ class TestAPIServer:
     compact storage periodically like kube-apiserver (every 5 min by default
     there), each time up to the revision seen one interval earlier; ``None``
     (the default) never compacts on its own.
+
+    The constructor only checks its arguments (``ValueError`` for an unknown
+    backend, a port outside 0..65535 or a non-positive interval); :meth:`start`
+    blocks until etcd is healthy and the server listens, and raises
+    :class:`~.etcd.EtcdStartError`, ``FileNotFoundError`` (no etcd binary) or
+    ``OSError`` (port taken) after stopping whatever it had started.
     """
 
     __test__ = False  # not a pytest test class
@@ -98,6 +104,16 @@ class TestAPIServer:
         unsafe_no_fsync: bool = False,
         compaction_interval: float | None = None,
     ) -> None:
+        if not isinstance(backend, Backend) and backend not in ("etcd", "memory"):
+            raise ValueError(f"unknown backend {backend!r}: use 'etcd', 'memory' or a Backend instance")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int within 0..65535, got {type(port).__name__}: {port!r}")
+        for label, value in (("bookmark_interval", bookmark_interval), ("compaction_interval", compaction_interval)):
+            if value is None and label == "compaction_interval":
+                continue
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise ValueError(f"{label} must be a positive finite number of seconds, got "
+                                 f"{type(value).__name__}: {value!r}")
         self._backend_choice = backend
         self._etcd_given = etcd
         self._unsafe_no_fsync = unsafe_no_fsync

@@ -477,10 +477,14 @@ class Pipeline:
 
     def _start_child_apiserver(self) -> None:
         """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
+        from keyqueue.apiserver.etcd import _die_with_parent_hook
+
         self._child_dir = tempfile.mkdtemp(prefix="keyqueue-pipeline-")
         path = os.path.join(self._child_dir, "kubeconfig")
         cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend]
-        self._child = child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # preexec_fn: the child gets SIGTERM (and stops its etcd) if this process dies without stopping it.
+        self._child = child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                               preexec_fn=_die_with_parent_hook())
         lines: list[str] = []
         ready = threading.Event()
 
@@ -973,7 +977,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """0 when the run verified (nothing lost, no same-key overlap, no request failed), 1 otherwise, 2 for bad
-    arguments or a pipeline that could not start."""
+    arguments or a pipeline that could not start.
+
+    Serving (no ``--requests``): SIGINT or SIGTERM ends the serving and the run reports as usual. Otherwise
+    SIGTERM is turned into ``KeyboardInterrupt`` (as SIGINT already is), so that the pipeline, its API server
+    child process and that child's etcd are stopped before the exception propagates; signals that arrive while
+    stopping are ignored. The child API server also gets SIGTERM from the kernel if this process dies outright
+    (Linux, when started from the main thread).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args, None)
+    state = {"stopping": False}
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not state["stopping"]:
+            state["stopping"] = True
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return _run(args, state)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
     out = human_stream(args)
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
@@ -1033,6 +1061,8 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, summary)
         ok = pipeline.verify().ok and (load is None or load.errors == 0)
     finally:
+        if state is not None:
+            state["stopping"] = True  # a SIGTERM now must not interrupt the stopping
         pipeline.stop()
     return 0 if ok else 1
 
