@@ -86,7 +86,11 @@ for _command in (
     Command("backoff", "keyqueue.lab.backoff", "per-key exponential backoff, reset by forget, and a thundering herd "
             "smoothed by the shared bucket"),
     Command("drain", "keyqueue.lab.drain", "shut_down vs shut_down_with_drain with work in flight"),
-    Command("apiserver", "keyqueue.apiserver.cli", "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces) on etcd, not kube-apiserver"),
+    Command(
+        "apiserver",
+        "keyqueue.apiserver.cli",
+        "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces) on etcd, not kube-apiserver",
+    ),
     Command("pipeline", "keyqueue.lab.pipeline", "API write → watch → informer → queue → worker, timed per stage"),
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
 ):
