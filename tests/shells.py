@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -137,3 +138,31 @@ def aio(kind: str, *args: Any, **kwargs: Any) -> AioFacade:
 
 
 SHELLS: dict[str, ShellFactory] = {"threaded": threaded, "asyncio": aio}
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+    """Block until ``predicate()`` is truthy; raise ``AssertionError`` after ``timeout`` seconds.
+
+    For synchronising a test with a state the queue really reaches (a getter waiting, a drain started), instead of
+    sleeping and hoping: it returns as soon as the state is there, and a state that never comes fails the test.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.0005)
+
+
+def waiting_getters(q: Any) -> int:
+    """How many ``get()`` calls are blocked inside ``q`` right now (either shell, also through the facade).
+
+    Reads the shells' private waiter bookkeeping (``_getters``: a count in the threading shell, a deque of futures
+    in the asyncio shell) so that a test can act only once a getter really waits.
+    """
+    getters = q._getters
+    return getters if isinstance(getters, int) else len(getters)
+
+
+def wait_for_getters(q: Any, n: int = 1) -> None:
+    """Block until at least ``n`` ``get()`` calls wait inside ``q`` (bounded; see :func:`wait_until`)."""
+    wait_until(lambda: waiting_getters(q) >= n, what=f"{n} waiting get() call(s)")

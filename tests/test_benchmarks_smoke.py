@@ -87,6 +87,29 @@ def test_each_result_has_its_statistics(smoke_run: dict[str, Any]) -> None:
     assert by_id["race.control"]["extra"]["violations"] > 0  # the detector is seen failing
 
 
+# Every target of the benchmark issue, by the row that carries it: dropping one must fail here, not go unnoticed.
+TARGET_ROWS = {
+    "add.dedup": 1, "cycle": 2, "bulk": 1, "bulk.mem": 1, "scale.flatness": 1, "firehose": 1, "race": 2,
+    "race.control": 1,
+}
+OPTIONAL_TARGET_ROWS = {"aio.cycle": 2, "metrics.cycle": 1, "metrics.dedup": 1}
+
+
+def test_every_target_is_judged(smoke_run: dict[str, Any]) -> None:
+    by_id = {r["id"]: r for r in smoke_run["report"]["results"]}
+    expected = dict(TARGET_ROWS)
+    expected.update({rid: n for rid, n in OPTIONAL_TARGET_ROWS.items() if rid in by_id})
+    for rid, n in expected.items():
+        targets = by_id[rid]["targets"]
+        assert len(targets) == n, (rid, targets)
+        for t in targets:
+            assert t["ok"] in (True, False), (rid, t)  # judged: PASS or MISS, never "n/a" in a full selection
+            assert isinstance(t["measured"], float | int), (rid, t)
+        assert by_id[rid]["verdict"] in ("PASS", "MISS"), rid
+    cycle_refs = {t["ref"] for t in by_id["cycle"]["targets"]}
+    assert cycle_refs == {None, "base.queue"}  # ≤ 600 ns, and ≥ 1.5x faster than queue.Queue
+
+
 def test_table_is_printed(smoke_run: dict[str, Any]) -> None:
     stdout = smoke_run["proc"].stdout
     for column in ("operation", "median", "baseline", "ratio", "target", "verdict"):

@@ -7,13 +7,15 @@ fails the test.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from keyqueue._core import EMPTY, AddResult, CountingCore, QueueCore
+from keyqueue._core import _SUPERSEDED, EMPTY, AddResult, CountingCore, QueueCore
 from keyqueue.clock import FakeClock, seconds_to_ns
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])
@@ -133,6 +135,11 @@ class CoreVsModel(RuleBasedStateMachine):
         # client-go's invariant: every fifo entry is dirty and not processing, and appears once
         assert len(set(self.fifo)) == len(self.fifo)
         assert self.core.idle() == (not self.fifo and not processing)
+        # No reference to a key the model no longer knows: the delayed heap holds only live entries' keys
+        # (superseded slots let go of theirs), so a finished key that is not delayed is referenced nowhere.
+        heap_keys = {e[2] for e in self.core._heap if e[2] is not _SUPERSEDED}
+        assert heap_keys == set(self.delayed)
+        assert set(self.core._waiting) == set(self.delayed)
 
 
 class CountingCoreVsModel(CoreVsModel):
@@ -179,3 +186,49 @@ def test_model_catches_a_broken_core() -> None:
     except AssertionError as e:
         failed.append(e)
     assert failed, "the model did not notice a core that re-queues on spurious done()"
+
+
+def test_heap_of_superseded_entries_stays_bounded_and_correct() -> None:
+    """Many ``add_after`` calls that move one key earlier: the heap is rebuilt instead of growing without bound,
+    the earliest entry still wins, and other keys' entries keep their order (the model test never gets past the
+    rebuild threshold with its four keys)."""
+    clock = FakeClock()
+    core: QueueCore[str] = QueueCore(clock)
+    assert core.add_after("far", 10_000.0) == AddResult.DELAYED
+    assert core.add_after("mid", 600.0) == AddResult.DELAYED
+    for i in range(1000):
+        assert core.add_after("a", 1000.0 - i) == AddResult.DELAYED  # each call moves "a" 1 s earlier
+        assert len(core._heap) <= max(65, 2 * core.delayed_count + 1)
+    assert core.add_after("a", 5.0) == AddResult.DELAY_KEPT  # 1.0 s is earlier
+    assert core.delayed_count == 3
+    assert core.next_ready_ns() == seconds_to_ns(1.0)
+    clock.step(1.0)
+    assert core.pop() == "a"
+    assert core.next_ready_ns() == seconds_to_ns(600.0)
+    clock.step(10_000.0)
+    assert [core.pop(), core.pop(), core.pop()] == ["mid", "far", EMPTY]
+    assert core.delayed_count == 0 and core.next_ready_ns() is None
+
+
+def test_superseded_entry_behind_a_live_one_lets_go_of_its_key() -> None:
+    """The case the model's reference invariant is about, spelled out: ``a`` moved from 2.5 s to 1 s leaves a
+    slot at 2.5 s behind ``b``'s live entry at 2 s; after ``a`` fired and was done, nothing may refer to ``a``."""
+
+    class Key:
+        def __hash__(self) -> int:
+            return 1
+
+    clock = FakeClock()
+    core: QueueCore[object] = QueueCore(clock)
+    a = Key()
+    ref = weakref.ref(a)
+    core.add_after(a, 2.5)
+    core.add_after("b", 2.0)
+    assert core.add_after(a, 1.0) == AddResult.DELAYED
+    clock.step(1.0)
+    assert core.pop() is a
+    assert core.done(a) is False
+    assert core.next_ready_ns() == seconds_to_ns(2.0)  # b's live entry is at the head; a's old slot is behind it
+    del a
+    gc.collect()
+    assert ref() is None

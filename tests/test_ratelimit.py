@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -142,3 +143,85 @@ def test_default_controller_rate_limiter() -> None:
     # The shared bucket: 6 tokens spent above; 94 more keys still get their own 5 ms; then the bucket rules.
     assert {rl.when(f"k{i}") for i in range(94)} == {0.005}
     assert [rl.when(f"x{i}") for i in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_exponential_never_negative_at_client_gos_2_pow_63_corner() -> None:
+    # client-go: base 1 ns, max MaxInt64 ns → call #64 computes exactly 2**63 ns, passes the "> 2**63" guard and
+    # converts to a negative Duration. Here every delay is >= 0 and the sequence never decreases.
+    rl: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(1e-9, (2**63 - 1) / 1e9)
+    delays = [rl.when("k") for _ in range(70)]
+    assert all(d >= 0 for d in delays)
+    assert delays == sorted(delays)
+    assert delays[63] == rl.max_delay  # 2**63 ns is past the cap: capped, not wrapped
+    assert delays[62] == pytest.approx(2**62 / 1e9)
+
+
+def test_bucket_partial_refill_is_exact_rate_arithmetic() -> None:
+    # x/time/rate: tokens += elapsed * qps (capped at burst), then -1; a negative balance is a debt that delays.
+    clock = FakeClock()
+    rl: BucketRateLimiter[str] = BucketRateLimiter(10, 2, clock=clock)
+    assert [rl.when("a"), rl.when("a")] == [0.0, 0.0]  # the bucket starts full
+    assert rl.when("a") == pytest.approx(0.1)  # -1 token
+    clock.step(0.05)  # +0.5 token → -0.5, then -1 → -1.5
+    assert rl.when("a") == pytest.approx(0.15)
+    clock.step(0.25)  # +2.5 → 1.0 (under the burst of 2), then -1 → 0
+    assert rl.when("a") == 0.0
+    assert rl.when("a") == pytest.approx(0.1)
+
+
+def test_bucket_wait_beyond_go_inf_duration_is_never_but_still_takes_its_token() -> None:
+    # x/time/rate caps such a wait at InfDuration (2**63-1 ns, ~9.2e9 s) and grants the reservation (ok whenever
+    # burst >= 1), so the debt is recorded; we report the capped wait as math.inf ("never").
+    clock = FakeClock()
+    rl: BucketRateLimiter[str] = BucketRateLimiter(1e-10, 1, clock=clock)  # one token per 1e10 s
+    assert rl.when("a") == 0.0
+    assert rl.when("a") == math.inf  # 1e10 s > InfDuration: never; tokens -1
+    assert rl.when("a") == math.inf  # tokens -2
+    clock.step(2.5e10)  # +2.5 tokens → 0.5, then -1 → -0.5: 5e9 s (had nothing been taken: 0 s)
+    assert rl.when("a") == pytest.approx(5e9)
+
+
+def test_composite_limiters_reject_non_limiters() -> None:
+    with pytest.raises(TypeError, match="limiter #2"):
+        MaxOfRateLimiter(default_item_based_rate_limiter(), 0.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="rate limiter"):
+        WithMaxWaitRateLimiter("fast", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_delay"):
+        WithMaxWaitRateLimiter(default_item_based_rate_limiter(), -1.0)
+
+
+def test_fast_slow_validation() -> None:
+    with pytest.raises(ValueError, match="fast_delay"):
+        ItemFastSlowRateLimiter(-0.1, 1.0, 1)
+    with pytest.raises(ValueError, match="slow_delay"):
+        ItemFastSlowRateLimiter(0.1, math.nan, 1)
+    with pytest.raises(TypeError, match="max_fast_attempts"):
+        ItemFastSlowRateLimiter(0.1, 1.0, 1.5)  # type: ignore[arg-type]
+
+
+def test_limiters_are_safe_under_concurrent_when() -> None:
+    # Every limiter guards its bookkeeping with a lock: N threads × M failures of one key count N*M exactly, and
+    # the shared bucket hands out exactly `burst` free tokens.
+    exp: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(0.001, 1.0)
+    bucket: BucketRateLimiter[str] = BucketRateLimiter(1, 500, clock=FakeClock())
+    zeros: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(8)
+
+    def hammer() -> None:
+        gate.wait(5)
+        free = 0
+        for _ in range(250):
+            exp.when("k")
+            if bucket.when("k") == 0.0:
+                free += 1
+        with lock:
+            zeros.append(free)
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert exp.num_requeues("k") == 8 * 250
+    assert sum(zeros) == 500

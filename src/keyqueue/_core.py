@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock, seconds_to_ns
 
@@ -105,6 +105,9 @@ class _Empty:
 EMPTY: Final = _Empty()
 """Returned by :meth:`QueueCore.pop` when nothing is ready (keys may be ``None``, so ``None`` cannot say it)."""
 
+# Stands in for the key in a superseded delayed entry: never a key of the queue, so the entry is skipped.
+_SUPERSEDED: Final = object()
+
 
 class MetricsRecorder(Protocol):
     """Per-queue hooks the core calls, with the shell's lock held, when metrics are enabled.
@@ -175,10 +178,11 @@ class QueueCore(Generic[T]):
         # fifo, so no two callers can hold it at once. When done() removes a key that is also dirty, it is
         # appended to fifo exactly once.
         self.processing: set[T] = set()
-        # Delayed entries: a heap of (ready_ns, seq, key) and, per key, the one live entry (the earliest).
-        # Superseded heap entries stay in the heap and are skipped when popped (identity check).
-        self._heap: list[tuple[int, int, T]] = []
-        self._waiting: dict[T, tuple[int, int, T]] = {}
+        # Delayed entries: a heap of [ready_ns, seq, key] and, per key, the one live entry (the earliest).
+        # Superseded heap entries stay in the heap and are skipped when popped (identity check); their key slot
+        # is overwritten with _SUPERSEDED so that they keep no reference to the key.
+        self._heap: list[list[Any]] = []
+        self._waiting: dict[T, list[Any]] = {}
         self._seq = 0
         self.shutting_down = False
         self.draining = False
@@ -222,10 +226,12 @@ class QueueCore(Generic[T]):
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
         ready = self.clock.now_ns() + delay_ns
         live = self._waiting.get(item)
-        if live is not None and live[0] <= ready:
-            return DELAY_KEPT
+        if live is not None:
+            if live[0] <= ready:
+                return DELAY_KEPT
+            live[2] = _SUPERSEDED  # its heap slot stays until popped or rebuilt, but lets go of the key
         self._seq += 1
-        entry = (ready, self._seq, item)
+        entry = [ready, self._seq, item]
         heap = self._heap
         heapq.heappush(heap, entry)
         self._waiting[item] = entry

@@ -25,7 +25,8 @@ from keyqueue._core import (
 )
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics import recorder_for
-from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.metrics._recorders import bind_core
+from keyqueue.ratelimit import RateLimiter, check_limiter, default_controller_rate_limiter
 
 __all__ = ["DelayedAdds", "RateLimitedAdds", "ShellBase"]
 
@@ -75,7 +76,10 @@ class ShellBase(Generic[T]):
     def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
         # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
         recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        return (CountingCore if stats else QueueCore)(self.clock, recorder)
+        core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder)
+        if recorder is not None:
+            bind_core(recorder, core.promote_due)
+        return core
 
     # -- adding ------------------------------------------------------------------------------------------
 
@@ -182,6 +186,8 @@ class RateLimitedAdds(DelayedAdds[T]):
         metrics_provider: Any = None,
         stats: bool = False,
     ) -> None:
+        if rate_limiter is not None:
+            check_limiter("rate_limiter", rate_limiter)  # a TypeError now, not an AttributeError at the first failure
         super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
         self.rate_limiter: RateLimiter[T] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)

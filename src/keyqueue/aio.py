@@ -168,6 +168,9 @@ class Queue(ShellBase[T]):
                     raise ShutDown
                 wait = None if deadline is None else deadline - loop.time()
                 if wait is not None and wait <= 0:
+                    if getters and core.next_ready_ns() is not None:
+                        # add_after() may have woken this getter to take on a new, earlier deadline: pass it on.
+                        self._wake_one()
                     raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
                 due = core.next_ready_ns()
                 if due is not None:

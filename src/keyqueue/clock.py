@@ -10,6 +10,7 @@ nanoseconds so that durations reported by metrics are exact (with float seconds,
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -24,6 +25,15 @@ _NS_PER_S = 1_000_000_000
 def seconds_to_ns(seconds: float) -> int:
     """Convert seconds to integer nanoseconds, rounding to the nearest nanosecond."""
     return round(seconds * _NS_PER_S)
+
+
+def _check_time(what: str, seconds: object) -> float:
+    """A finite real number of seconds, or ``TypeError``/``ValueError`` naming ``what`` and the value."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        raise TypeError(f"{what} must be a number of seconds, got {type(seconds).__name__}: {seconds!r:.80}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds, got {seconds!r}")
+    return float(seconds)
 
 
 class TimeListener(Protocol):
@@ -99,10 +109,8 @@ class FakeClock(Clock):
 
     def __init__(self, start: float = 0.0) -> None:
         super().__init__()
-        if start != start:  # NaN
-            raise ValueError("FakeClock start must be a number, got NaN")
         self._lock = threading.Lock()
-        self._ns = seconds_to_ns(start)
+        self._ns = seconds_to_ns(_check_time("FakeClock start", start))
 
     def now_ns(self) -> int:
         with self._lock:
@@ -114,17 +122,22 @@ class FakeClock(Clock):
     def step(self, seconds: float) -> None:
         """Advance the clock by ``seconds`` (>= 0), then wake the queues that use it.
 
-        Raises ``ValueError`` for a negative or NaN step: a clock never goes backwards.
+        Raises ``ValueError`` for a negative, NaN or infinite step (a clock never goes backwards) and ``TypeError``
+        for a non-number; the clock is then unchanged.
         """
-        if not seconds >= 0:
+        if not _check_time("FakeClock.step() seconds", seconds) >= 0:
             raise ValueError(f"FakeClock.step() needs seconds >= 0, got {seconds!r}")
         with self._lock:
             self._ns += seconds_to_ns(seconds)
         self._notify()
 
     def set(self, seconds: float) -> None:
-        """Move the clock to ``seconds`` (not earlier than now), then wake the queues that use it."""
-        target = seconds_to_ns(seconds) if seconds == seconds else -1
+        """Move the clock to ``seconds`` (not earlier than now), then wake the queues that use it.
+
+        Raises ``ValueError`` for a time earlier than now, NaN or infinite, ``TypeError`` for a non-number; the
+        clock is then unchanged.
+        """
+        target = seconds_to_ns(_check_time("FakeClock.set() seconds", seconds))
         with self._lock:
             if target < self._ns:
                 raise ValueError(f"FakeClock.set({seconds!r}) would move the clock backwards")

@@ -37,7 +37,7 @@ from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, Q
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
 from keyqueue.clock import Clock
 from keyqueue.metrics import recorder_for
-from keyqueue.metrics._recorders import PullRecorder
+from keyqueue.metrics._recorders import PullRecorder, bind_core
 from keyqueue.ratelimit import ItemExponentialFailureRateLimiter, RateLimiter
 from keyqueue.threaded import RateLimitingQueue
 
@@ -132,6 +132,8 @@ def new_priority_core(
     inner = recorder_for(name, metrics_provider, clock, lock)
     recorder = PriorityRecorder(inner) if inner is not None else None
     core: PriorityCore[Any] = (CountingPriorityCore if stats else PriorityCore)(clock, recorder)
+    if recorder is not None:
+        bind_core(recorder, core.promote_due)
     return core, recorder
 
 

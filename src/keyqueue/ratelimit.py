@@ -46,6 +46,19 @@ class RateLimiter(Protocol[T_contra]):
     def num_requeues(self, item: T_contra) -> int: ...
 
 
+# golang.org/x/time/rate's InfDuration (2**63 - 1 ns, ~292 years): a longer wait is capped to it, i.e. "never"; the
+# reservation is still granted and its token still taken (Reserve() is ok whenever burst >= 1).
+_INF_DURATION_S = (2**63 - 1) / 1e9
+
+
+def check_limiter(name: str, limiter: object) -> None:
+    """Raise ``TypeError`` naming the type unless ``limiter`` has ``when``, ``forget`` and ``num_requeues``."""
+    if not all(callable(getattr(limiter, m, None)) for m in ("when", "forget", "num_requeues")):
+        raise TypeError(
+            f"{name} must be a rate limiter (when, forget, num_requeues), got {type(limiter).__name__}: {limiter!r:.80}"
+        )
+
+
 def _check_seconds(name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
@@ -90,7 +103,10 @@ class ItemExponentialFailureRateLimiter(RateLimiter[T]):
 
 
 class ItemFastSlowRateLimiter(RateLimiter[T]):
-    """``fast_delay`` for a key's first ``max_fast_attempts`` failures, ``slow_delay`` after that."""
+    """``fast_delay`` for a key's first ``max_fast_attempts`` failures, ``slow_delay`` after that.
+
+    ``forget(item)`` starts the key over with fast attempts. Raises ``ValueError`` for a negative or NaN delay or a
+    negative ``max_fast_attempts``, ``TypeError`` for a non-number delay or a non-int ``max_fast_attempts``."""
 
     def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
         _check_seconds("fast_delay", fast_delay)
@@ -126,7 +142,10 @@ class BucketRateLimiter(RateLimiter[T]):
     Arithmetic of ``golang.org/x/time/rate`` ``Reserve().Delay()``: the bucket starts full; each ``when()`` takes
     a token whether or not one is there, so tokens go negative and the delay is the time until the debt is paid.
     With (10, 100) the first 100 calls return 0, then about 0.1 s, 0.2 s, 0.3 s ... ``burst=0`` means never
-    (``math.inf``) unless ``qps`` is infinite. Time comes from ``clock`` (default :class:`RealClock`).
+    (``math.inf``, no token taken) unless ``qps`` is infinite. A wait longer than Go's ``InfDuration`` (~292
+    years) is reported as ``math.inf`` but, as in Go, its token is taken. Time comes from ``clock`` (default
+    :class:`RealClock`). Raises ``ValueError`` for a negative or NaN ``qps`` or a negative ``burst``,
+    ``TypeError`` for a non-number ``qps`` or a non-int ``burst``.
     ``num_requeues`` is always 0 and ``forget`` does nothing: the bucket does not track keys.
     """
 
@@ -165,7 +184,7 @@ class BucketRateLimiter(RateLimiter[T]):
                 return math.inf  # not granted: nothing is consumed
             self._tokens = tokens
             self._last_ns = now
-            return wait
+            return wait if wait <= _INF_DURATION_S else math.inf
 
     def forget(self, item: T) -> None:
         return None
@@ -177,9 +196,12 @@ class BucketRateLimiter(RateLimiter[T]):
 class MaxOfRateLimiter(RateLimiter[T]):
     """The largest delay of several limiters. ``when`` calls every child (each records the failure), so a
     bucket child spends a token even when another child's delay wins. ``num_requeues`` is the children's maximum;
-    ``forget`` forgets in all of them. No children: always 0."""
+    ``forget`` forgets in all of them. No children: always 0. Raises ``TypeError`` for a child that is not a rate
+    limiter."""
 
     def __init__(self, *limiters: RateLimiter[T]) -> None:
+        for i, limiter in enumerate(limiters):
+            check_limiter(f"limiter #{i + 1}", limiter)
         self.limiters: tuple[RateLimiter[T], ...] = limiters
 
     def when(self, item: T) -> float:
@@ -197,9 +219,11 @@ class MaxOfRateLimiter(RateLimiter[T]):
 
 
 class WithMaxWaitRateLimiter(RateLimiter[T]):
-    """Another limiter's delay, but never more than ``max_delay`` seconds."""
+    """Another limiter's delay, but never more than ``max_delay`` seconds. Raises ``TypeError`` if ``limiter`` is
+    not a rate limiter, ``ValueError`` for a negative or NaN ``max_delay``."""
 
     def __init__(self, limiter: RateLimiter[T], max_delay: float) -> None:
+        check_limiter("limiter", limiter)
         _check_seconds("max_delay", max_delay)
         self.limiter = limiter
         self.max_delay = float(max_delay)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from keyqueue import AddResult, ShutDown
+from keyqueue import AddResult, FakeClock, ItemFastSlowRateLimiter, ShutDown
+from tests.shells import wait_for_getters
 
 
 def test_fifo_order(make_queue: Any) -> None:
@@ -103,6 +104,8 @@ def test_get_blocks_until_an_add(make_queue: Any) -> None:
     t = threading.Thread(target=worker)
     t.start()
     started.wait(1)
+    wait_for_getters(q)  # it blocks: nothing is queued
+    assert got == []
     q.add("x")
     t.join(5)
     assert got == ["x"]
@@ -121,6 +124,7 @@ def test_many_getters_each_get_one_key(make_queue: Any) -> None:
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for t in threads:
         t.start()
+    wait_for_getters(q, 8)  # every add must wake a blocked getter (a lost wake-up leaves one asleep)
     for i in range(8):
         q.add(f"k{i}")
     for t in threads:
@@ -134,6 +138,10 @@ def test_get_timeout(make_queue: Any) -> None:
         q.get(timeout=0.01)
     with pytest.raises(ValueError):
         q.get(timeout=-1)
+    with pytest.raises(ValueError):
+        q.get(timeout=float("nan"))
+    with pytest.raises(TypeError, match="str"):
+        q.get(timeout="1")
     q.add("a")
     assert q.get(timeout=0) == "a"
 
@@ -176,6 +184,7 @@ def test_shut_down_wakes_blocked_getters(make_queue: Any) -> None:
     for t in threads:
         t.start()
     ready.wait(2)
+    wait_for_getters(q, 4)  # all four really block before the shutdown
     q.shut_down()
     for t in threads:
         t.join(5)
@@ -268,3 +277,48 @@ def test_iteration_calls_done_and_ends_at_shutdown(make_queue: Any) -> None:
         seen.append(key)
     assert seen == ["a", "b", "c"]
     assert q.done("a") is False  # already done by the iterator
+
+
+def test_unhashable_item_is_rejected_after_shutdown_too(make_queue: Any) -> None:
+    q = make_queue()
+    q.shut_down()
+    with pytest.raises(TypeError, match="list"):
+        q.add(["a"])  # bad input is reported, not silently dropped with the other adds
+
+
+def test_constructor_options_are_keyword_only_and_checked(shell: str, make_queue: Any) -> None:
+    for kind in ("queue", "delaying"):
+        with pytest.raises(TypeError):
+            make_queue(kind, "positional-name")
+        with pytest.raises(TypeError, match="name"):
+            make_queue(kind, name=42)
+    clock = FakeClock()
+    q = make_queue("ratelimiting", ItemFastSlowRateLimiter(1.0, 2.0, 1), name="configmaps", clock=clock)
+    assert q.name == "configmaps"
+    assert q.clock is clock
+    with pytest.raises(TypeError):
+        make_queue("ratelimiting", None, "positional-name")
+
+
+
+def test_add_after_shutdown_changes_nothing_whatever_the_key_state(make_queue: Any) -> None:
+    # Documented: after shutdown an add never changes anything; for a key that is still dirty the lock-free probe
+    # may answer DEDUP instead of DROPPED (both no-ops). A stats=True queue has no lock-free path: always DROPPED.
+    for stats in (False, True):
+        q = make_queue(stats=stats)
+        q.add("a")
+        a = q.get(timeout=1)
+        q.add("b")  # waiting
+        q.add(a)  # processing + dirty
+        q.shut_down()
+        outcomes = [q.add("b"), q.add(a), q.add("new")]
+        assert outcomes[2] == AddResult.DROPPED
+        if stats:
+            assert outcomes == [AddResult.DROPPED] * 3
+        else:
+            assert set(outcomes[:2]) <= {AddResult.DEDUP, AddResult.DROPPED}
+        assert len(q) == 1  # only "b"
+        assert q.done(a) is True  # the re-add from before the shutdown is still honoured, once
+        assert [q.get(timeout=1), q.get(timeout=1)] == ["b", "a"]
+        with pytest.raises(ShutDown):
+            q.get(timeout=1)

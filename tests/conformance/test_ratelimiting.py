@@ -67,3 +67,8 @@ def test_unhashable_is_rejected_before_the_limiter_sees_it(make_queue: Any) -> N
     with pytest.raises(TypeError, match="list"):
         q.add_rate_limited(["a"])
     assert len(q) == 0
+
+
+def test_a_non_limiter_is_rejected_at_construction(make_queue: Any) -> None:
+    with pytest.raises(TypeError, match="rate_limiter"):
+        make_queue("ratelimiting", 0.5)

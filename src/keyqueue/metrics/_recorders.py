@@ -145,6 +145,7 @@ class PushRecorder:
         "_started",
         "_unfinished",
         "_work",
+        "promote_due",
     )
 
     def __init__(self, provider: MetricsProvider, name: str, clock: Clock, lock: LockLike | None) -> None:
@@ -159,6 +160,7 @@ class PushRecorder:
         self._lock = lock
         self._added: dict[Hashable, int] = {}  # key -> time it became dirty (until get)
         self._started: dict[Hashable, int] = {}  # key -> time it was handed out (until done)
+        self.promote_due: Callable[[int], object] | None = None  # see bind_core()
         clock.subscribe(self.refresh)
 
     def add(self, item: Hashable, t_ns: int) -> None:
@@ -187,7 +189,10 @@ class PushRecorder:
         """Set the unfinished-work and longest-running gauges from the keys being processed now (takes the
         queue's lock; the gauges' ``set`` is called with it held, as in client-go)."""
         with _guard(self._lock):
-            total, longest = in_flight_ns(list(self._started.values()), self._clock.now_ns())
+            now = self._clock.now_ns()
+            if self.promote_due is not None:
+                self.promote_due(now)  # delayed keys that fell due count in depth now, as in client-go
+            total, longest = in_flight_ns(list(self._started.values()), now)
             self._unfinished.set(total / _NS_PER_S)
             self._longest.set(longest / _NS_PER_S)
 
@@ -215,6 +220,7 @@ class PullRecorder:
         "clock",
         "lock",
         "priority_depth",
+        "promote_due",
         "queue_hist",
         "retries",
         "work_hist",
@@ -229,6 +235,7 @@ class PullRecorder:
         self.added: dict[Hashable, int] = {}
         self._started: dict[Hashable, int] = {}
         self.priority_depth: PriorityDepthSource | None = None
+        self.promote_due: Callable[[int], object] | None = None  # see bind_core()
         # MetricsRecorder.add(item, t_ns); setdefault's return value is ignored by the core.
         self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
@@ -267,6 +274,8 @@ class PullRecorder:
         """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now, depth per
         priority label or ``None`` for a queue without priorities). The per-priority counts sum to ``depth``."""
         with _guard(self.lock):
+            if self.promote_due is not None:
+                self.promote_due(self.clock.now_ns())  # delayed keys that fell due count in depth now (client-go)
             priority_depth = self.priority_depth
             return (
                 self.retries[0],
@@ -277,3 +286,13 @@ class PullRecorder:
                 self.clock.now_ns(),
                 None if priority_depth is None else priority_depth.snapshot(),
             )
+
+
+def bind_core(recorder: object, promote_due: Callable[[int], object]) -> None:
+    """Give a recorder the queue core's ``promote_due``, which it calls (under the queue's lock) before it reads
+    its numbers: client-go's background loop adds a delayed key the moment it falls due, so depth and adds count
+    it from then on; keyqueue has no such loop, so a scrape fires what is due first (exactly what the next
+    ``get()`` or ``len()`` would do). Recorders that are not keyqueue's own are left alone."""
+    target = getattr(recorder, "inner", recorder)  # a priority queue wraps the recorder
+    if isinstance(target, (PullRecorder, PushRecorder)):
+        target.promote_due = promote_due
