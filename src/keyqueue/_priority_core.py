@@ -228,6 +228,8 @@ class PriorityCore(Generic[T]):
                 return self._raise_ready(item, old_priority, priority)
             # waiting: it becomes ready now, at the higher of the two priorities
             self._waiting_n -= 1
+            if not self._waiting_n:
+                self._waiting.clear()  # only superseded entries are left: let go of their keys
             priority = max(priority, -old[1])
         self._counter += 1
         entry = (-priority, self._counter, item)
@@ -310,6 +312,8 @@ class PriorityCore(Generic[T]):
             ready = (entry[1], self._counter, item)
             items[item] = ready
             self._waiting_n -= 1
+            if not self._waiting_n:
+                heap.clear()  # only superseded entries are left (ends this loop): let go of their keys
             self._ready_n += 1
             if metrics is not None:
                 metrics.add(item, entry[0], -entry[1])
@@ -370,6 +374,8 @@ class PriorityCore(Generic[T]):
             if items.get(item) is entry:
                 del items[item]
                 self._ready_n -= 1
+                if not self._ready_n:
+                    heap.clear()  # only superseded entries are left: let go of their keys
                 priority = -entry[0]
                 self.processing[item] = priority
                 if self.metrics is not None:

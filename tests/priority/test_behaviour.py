@@ -427,3 +427,39 @@ def test_repr_and_unstatted_queue(make_pq: Any) -> None:
     assert "ready=1" in repr(q)
     with pytest.raises(RuntimeError, match="stats=True"):
         q.stats()
+
+
+class _Key:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and other.name == self.name
+
+
+@pytest.mark.parametrize("supersede", ["raised priority", "moved earlier"])
+def test_no_reference_kept_after_done_when_an_entry_was_superseded(supersede: str) -> None:
+    import gc
+    import weakref
+
+    from keyqueue import FakeClock, PriorityQueue
+
+    clock = FakeClock()
+    q: PriorityQueue[_Key] = PriorityQueue(clock=clock)
+    key = _Key("a")
+    ref = weakref.ref(key)
+    if supersede == "raised priority":
+        q.add(key, priority=0)
+        q.add(key, priority=5)  # the priority-0 heap entry is superseded
+    else:
+        q.add(key, after=10.0)
+        q.add(key, after=1.0)  # the 10 s waiting entry is superseded
+        clock.step(1.0)
+    got = q.get(timeout=1)
+    q.done(got)
+    del key, got
+    gc.collect()
+    assert ref() is None
