@@ -31,6 +31,7 @@ __all__ = [
     "EMPTY",
     "AddResult",
     "CountingCore",
+    "DecisionCounts",
     "MetricsRecorder",
     "QueueCore",
     "QueueStats",
@@ -130,7 +131,10 @@ class QueueStats:
     """Counts of the queue's own decisions, from a queue built with ``stats=True``.
 
     ``adds`` counts every add the queue evaluated (plain adds, and delayed entries when they fell due), split
-    into ``queued`` + ``deduplicated`` + ``marked`` + ``dropped``.
+    into ``queued`` + ``deduplicated`` + ``marked`` + ``dropped``. ``redelivered``: ``done`` calls that put a
+    re-added key back in the FIFO; ``gets``/``dones``: keys handed out / finished; ``delayed``: delayed adds that
+    stored or moved an entry (``DELAYED``) or found an earlier one (``DELAY_KEPT``); ``fired``: delayed entries
+    that fell due (each also counted in ``adds``).
     """
 
     adds: int = 0
@@ -337,6 +341,42 @@ class QueueCore(Generic[T]):
         return None
 
 
+class DecisionCounts:
+    """The counters behind :class:`QueueStats`, shared by the counting cores (plain and priority)."""
+
+    __slots__ = ("adds", "dedup", "delayed", "dones", "dropped", "fired", "gets", "marked", "queued", "redelivered")
+
+    def __init__(self) -> None:
+        self.adds = self.queued = self.dedup = self.marked = self.dropped = 0
+        self.redelivered = self.gets = self.dones = self.delayed = self.fired = 0
+
+    def add(self, outcome: AddResult) -> AddResult:
+        """Count one add's outcome (immediate outcomes count in ``adds``; delayed ones in ``delayed``)."""
+        if outcome is QUEUED:
+            self.queued += 1
+        elif outcome is DEDUP:
+            self.dedup += 1
+        elif outcome is MARKED:
+            self.marked += 1
+        elif outcome is DROPPED:
+            self.dropped += 1
+        else:  # DELAYED, DELAY_KEPT
+            self.delayed += 1
+            return outcome
+        self.adds += 1
+        return outcome
+
+    def done(self, was_processing: bool, requeued: bool) -> None:
+        self.dones += was_processing
+        self.redelivered += requeued
+
+    def snapshot(self) -> QueueStats:
+        return QueueStats(
+            self.adds, self.queued, self.dedup, self.marked, self.dropped,
+            self.redelivered, self.gets, self.dones, self.delayed, self.fired,
+        )
+
+
 class CountingCore(QueueCore[T]):
     """A :class:`QueueCore` that counts its decisions (for the lab's funnel statistics).
 
@@ -349,44 +389,32 @@ class CountingCore(QueueCore[T]):
     def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None) -> None:
         super().__init__(clock, metrics)
         self.fast_dirty = frozenset()
-        # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
-        self._counts = [0] * 10
+        self._counts = DecisionCounts()
 
     def add(self, item: T, at_ns: int | None = None) -> AddResult:
-        outcome = super().add(item, at_ns)
-        c = self._counts
-        c[0] += 1
-        c[(4, 2, 3, 1)[outcome]] += 1
-        return outcome
+        return self._counts.add(super().add(item, at_ns))
 
     def add_after(self, item: T, delay: float) -> AddResult:
         outcome = super().add_after(item, delay)
-        if outcome >= DELAYED:
-            self._counts[8] += 1
+        if outcome is DELAYED or outcome is DELAY_KEPT:  # an immediate outcome was counted by add()
+            self._counts.add(outcome)
         return outcome
 
     def _fire(self, item: T, ready_ns: int) -> None:
-        self._counts[9] += 1
+        self._counts.fired += 1
         super()._fire(item, ready_ns)
-
-    def has_ready(self) -> bool:
-        """True if the fifo is non-empty (without firing due entries)."""
-        return bool(self.fifo)
 
     def pop(self) -> T | _Empty:
         item = super().pop()
         if item is not EMPTY:
-            self._counts[6] += 1
+            self._counts.gets += 1
         return item
 
     def done(self, item: T) -> bool:
         was_processing = item in self.processing
         requeued = super().done(item)
-        if was_processing:
-            self._counts[7] += 1
-        if requeued:
-            self._counts[5] += 1
+        self._counts.done(was_processing, requeued)
         return requeued
 
     def stats(self) -> QueueStats:
-        return QueueStats(*self._counts)
+        return self._counts.snapshot()

@@ -48,6 +48,7 @@ from keyqueue._core import (
     MARKED,
     QUEUED,
     AddResult,
+    DecisionCounts,
     QueueStats,
     _Empty,
     check_delay,
@@ -454,42 +455,29 @@ class CountingPriorityCore(PriorityCore[T]):
     def __init__(self, clock: Clock, metrics: PriorityMetricsRecorder | None = None) -> None:
         super().__init__(clock, metrics)
         self.fast_items = None
-        # adds, queued, deduplicated, marked, dropped, redelivered, gets, dones, delayed, fired
-        self._counts = [0] * 10
-
-    def _count(self, outcome: AddResult) -> AddResult:
-        c = self._counts
-        if outcome >= DELAYED:
-            c[8] += 1
-        else:
-            c[0] += 1
-            c[(4, 2, 3, 1)[outcome]] += 1
-        return outcome
+        self._counts = DecisionCounts()
 
     def add(self, item: T, at_ns: int | None = None, *, priority: int = 0) -> AddResult:
-        return self._count(super().add(item, at_ns, priority=priority))
+        return self._counts.add(super().add(item, at_ns, priority=priority))
 
     def add_checked(self, item: T, priority: int, delay: float, rate_limiter: RateLimiter[T] | None) -> AddResult:
-        return self._count(super().add_checked(item, priority, delay, rate_limiter))
+        return self._counts.add(super().add_checked(item, priority, delay, rate_limiter))
 
     def _promoted(self, outcome: AddResult) -> None:
-        self._counts[9] += 1
-        self._count(outcome)
+        self._counts.fired += 1
+        self._counts.add(outcome)
 
     def pop_with_priority(self) -> tuple[T, int] | _Empty:
         got = super().pop_with_priority()
         if got is not EMPTY:
-            self._counts[6] += 1
+            self._counts.gets += 1
         return got
 
     def done(self, item: T) -> bool:
         was_processing = item in self.processing
         requeued = super().done(item)
-        if was_processing:
-            self._counts[7] += 1
-        if requeued:
-            self._counts[5] += 1
+        self._counts.done(was_processing, requeued)
         return requeued
 
     def stats(self) -> QueueStats:
-        return QueueStats(*self._counts)
+        return self._counts.snapshot()
