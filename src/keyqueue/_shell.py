@@ -36,9 +36,10 @@ T = TypeVar("T", bound=Hashable)
 class ShellBase(Generic[T]):
     """Construction, ``add`` (with the lock-free dedup path), ``len``, ``stats``, ``shutting_down``."""
 
-    # Truthy while at least one getter waits (a count in the threading shell, a deque of futures in asyncio),
-    # so that adds skip waking when nobody waits.
+    # Truthy while at least one getter (or drain caller) waits: a count in the threading shell, a collection of
+    # futures in asyncio. Adds and dones skip waking when nobody waits.
     _getters: Any
+    _drainers: Any
 
     def __init__(
         self,
@@ -67,6 +68,11 @@ class ShellBase(Generic[T]):
 
     def _wake_one(self) -> None:
         """Wake one waiting getter so it re-checks the queue. Called with the lock held, only if ``_getters``."""
+        raise NotImplementedError
+
+    def _wake_drainers(self) -> None:
+        """Wake every ``shut_down_with_drain()`` caller (the queue may have drained). Called with the lock held,
+        only if ``_drainers``."""
         raise NotImplementedError
 
     def _on_clock_jump(self) -> None:
@@ -113,6 +119,30 @@ class ShellBase(Generic[T]):
             if outcome is QUEUED and self._getters:  # `is`: enum members are singletons
                 self._wake_one()
             return outcome
+        finally:
+            lock.release()
+
+    # -- completing --------------------------------------------------------------------------------------
+
+    def done(self, item: T) -> bool:
+        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
+        is returned (a redelivery); otherwise ``False``. Never blocks (beyond the queue's short lock); callable
+        from any thread.
+
+        ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
+        is still queued and handed out, so a drain can finish it).
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            core = self._core
+            if core.done(item):
+                if self._getters:
+                    self._wake_one()
+                return True
+            if self._drainers and core.idle():
+                self._wake_drainers()
+            return False
         finally:
             lock.release()
 

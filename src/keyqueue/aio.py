@@ -117,6 +117,9 @@ class Queue(ShellBase[T]):
             if not fut.done() and _wake(fut, running):
                 return
 
+    def _wake_drainers(self) -> None:
+        self._wake_all(self._drainers)
+
     def _wake_all(self, waiters: deque[Future[bool]] | list[Future[bool]]) -> None:
         running = _get_running_loop()
         for fut in waiters:
@@ -200,27 +203,6 @@ class Queue(ShellBase[T]):
                 # Still in the deque, unless a waker popped it, saw it resolved and woke the next getter instead.
                 with lock, contextlib.suppress(ValueError):
                     getters.remove(fut)
-
-    def done(self, item: T) -> bool:
-        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
-        is returned (a redelivery); otherwise ``False``. Never blocks; callable from any thread.
-
-        ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
-        is still queued and handed out, so a drain can finish it).
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            core = self._core
-            if core.done(item):
-                if self._getters:
-                    self._wake_one()
-                return True
-            if self._drainers and core.idle():
-                self._wake_all(self._drainers)
-            return False
-        finally:
-            lock.release()
 
     def lease(self, timeout: float | None = None) -> Lease[T]:
         """``async with q.lease() as key:`` — ``await get(timeout)`` on entry and always :meth:`done` on exit:

@@ -46,6 +46,9 @@ class Queue(ShellBase[T]):
     def _wake_one(self) -> None:
         self._readable.notify()
 
+    def _wake_drainers(self) -> None:
+        self._idle.notify_all()
+
     # -- handing out -------------------------------------------------------------------------------------
 
     def get(self, timeout: float | None = None) -> T:
@@ -98,27 +101,6 @@ class Queue(ShellBase[T]):
                 if self._getters and core.has_ready():
                     self._readable.notify()
                 return item  # type: ignore[return-value]  # not EMPTY, so a T
-
-    def done(self, item: T) -> bool:
-        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
-        is returned (a redelivery); otherwise ``False``.
-
-        ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
-        is still queued and handed out, so a drain can finish it).
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            core = self._core
-            if core.done(item):
-                if self._getters:
-                    self._readable.notify()
-                return True
-            if self._drainers and core.idle():
-                self._idle.notify_all()
-            return False
-        finally:
-            lock.release()
 
     @contextmanager
     def lease(self, timeout: float | None = None) -> Iterator[T]:
