@@ -237,7 +237,7 @@ def test_connections_have_tcp_nodelay(server: TestAPIServer, conn: Conn) -> None
     assert conn.request("GET", "/version")[0] == 200  # the connection is open (keep-alive) and tracked now
     httpd = server.server._httpd
     assert httpd is not None
-    with httpd._lock:
+    with httpd._conn_lock:
         socks = list(httpd._connections)
     assert socks, "no open connection tracked"
     assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)

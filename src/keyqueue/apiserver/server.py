@@ -15,7 +15,6 @@ which every client accepts.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import hmac
 import json
@@ -26,9 +25,11 @@ import ssl
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
+
+from keyqueue._httpserver import TrackingHTTPServer
 
 from . import discovery, errors
 from .errors import APIError
@@ -259,60 +260,21 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    """Tracks its connections and their threads so that :meth:`close_all` can end them."""
+class _HTTPServer(TrackingHTTPServer):
+    """The API server's HTTP server: connection tracking from :class:`TrackingHTTPServer`, plus the TLS
+    handshake in each connection's own thread."""
 
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    request_queue_size = 128  # the default listen backlog of 5 drops bursts of connects (1 s client retries)
+    thread_name = "apiserver-conn"
 
     def __init__(self, address: tuple[str, int], api: APIServer) -> None:
         self.api = api
-        self._lock = threading.Lock()
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._closing = False
         super().__init__(address, _Handler)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._serve_connection, args=(request, client_address),
-                                  name=f"apiserver-conn {client_address}", daemon=True)
-        with self._lock:
-            if self._closing:
-                self.shutdown_request(request)
-                return
-            self._connections[request] = thread
-        thread.start()
-
-    def _serve_connection(self, request: Any, client_address: Any) -> None:
-        try:
-            if isinstance(request, ssl.SSLSocket):
-                request.settimeout(10)
-                request.do_handshake()
-                request.settimeout(None)
-            self.finish_request(request, client_address)
-        except Exception as exc:  # a broken connection must not kill the server
-            if not isinstance(exc, OSError | ssl.SSLError):
-                log.exception("connection %s failed", client_address)
-        finally:
-            self.shutdown_request(request)
-            with self._lock:
-                self._connections.pop(request, None)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("error on connection %s", client_address, exc_info=True)
-
-    def close_all(self, timeout: float) -> None:
-        """Shut every open connection down and wait up to ``timeout`` s for their threads."""
-        with self._lock:
-            self._closing = True
-            items = list(self._connections.items())
-        for sock, _ in items:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + timeout
-        for _, thread in items:
-            thread.join(max(0.0, deadline - time.monotonic()))
+    def prepare_connection(self, request: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(10)
+            request.do_handshake()
+            request.settimeout(None)
 
 
 class APIServer:

@@ -33,7 +33,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,12 +40,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import FrameType
 from typing import Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
+from keyqueue._httpserver import TrackingHTTPServer
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
 from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
@@ -255,54 +255,14 @@ class _TriggerHandler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": f"no such endpoint: GET {path}"})
 
 
-class _TriggerServer(ThreadingHTTPServer):
-    """One thread per connection (keep-alive); tracks connections so that :meth:`close_all` can end them."""
+class _TriggerServer(TrackingHTTPServer):
+    """The trigger server: one thread per keep-alive connection, all ended by :meth:`close_all`."""
 
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    request_queue_size = 128  # the default listen backlog of 5 drops SYNs of a burst of connects: 1 s retries
+    thread_name = "trigger-conn"
 
     def __init__(self, address: tuple[str, int], pipeline: Pipeline) -> None:
         self.pipeline = pipeline
-        self._conn_lock = threading.Lock()
-        self._conns: dict[socket.socket, threading.Thread] = {}
-        self._closing = False
         super().__init__(address, _TriggerHandler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._serve, args=(request, client_address), name="trigger-conn",
-                                  daemon=True)
-        with self._conn_lock:
-            if self._closing:
-                self.shutdown_request(request)
-                return
-            self._conns[request] = thread
-        thread.start()
-
-    def _serve(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except OSError:
-            pass
-        finally:
-            self.shutdown_request(request)
-            with self._conn_lock:
-                self._conns.pop(request, None)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
-
-    def close_all(self, timeout: float) -> None:
-        with self._conn_lock:
-            self._closing = True
-            items = list(self._conns.items())
-        for sock, _ in items:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + timeout
-        for _, thread in items:
-            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------------
