@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -337,13 +338,33 @@ def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> N
     try:
         proc.send_signal(signal.SIGKILL)  # no cleanup code runs: the kernel's parent-death signal must do it
         proc.wait(WAIT)
-        wait_until(lambda: _gone(child), "the API server child exiting after its parent was killed")
+        # The child's orderly stop may itself wait up to 2 x 5 s for connection threads; allow for that.
+        try:
+            wait_until(lambda: _gone(child), "the API server child exiting after its parent was killed", 3 * WAIT)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnose(child)}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)  # never leak the child, even when the test failed
+
+
+def _diagnose(pid: int) -> str:
+    """What a live process is doing: its signal state and each thread's kernel wait channel."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        lines = [ln for ln in status.splitlines() if ln.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd",
+                                                                         "SigBlk", "SigCgt")]
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+            lines.append(f"thread {task.name}: {(task / 'comm').read_text().strip()} wchan="
+                         f"{(task / 'wchan').read_text().strip()}")
+        return "\n".join(lines)
+    except OSError as exc:
+        return f"(no diagnostics: {exc})"
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")

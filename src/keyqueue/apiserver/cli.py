@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                   f"stop with Ctrl-C or SIGTERM", flush=True)
             while not stop.wait(0.5):
                 pass
-            print("stopping", flush=True)
+            with contextlib.suppress(OSError):  # stdout may be a pipe whose reader is gone (a killed parent)
+                print("stopping", flush=True)
         finally:
             server.stop()
     finally:
