@@ -340,3 +340,33 @@ def test_cli_reports_a_start_failure_without_a_traceback(tmp_path: Path, capsys:
         cli.main(["--kubeconfig", str(tmp_path / "kc"), "--port", "70000"])
     assert info.value.code == 2
     assert "port must be within 0..65535" in capsys.readouterr().err
+
+
+def test_cli_stops_when_its_stdin_ends(tmp_path: Path) -> None:
+    """``--stop-on-stdin-eof``: a parent that dies closes the pipe, and the server stops on its own (the
+    pipeline lab relies on it besides the kernel's parent-death signal)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keyqueue.apiserver", "--backend", "memory", "--stop-on-stdin-eof",
+         "--kubeconfig", str(tmp_path / "kubeconfig")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        for line in proc.stdout:
+            if line.startswith("stop with"):
+                break
+        else:
+            raise AssertionError("the server never printed its banner")
+        assert proc.poll() is None  # serving
+        proc.stdin.close()  # what the death of the parent would do
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()

@@ -56,12 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", action="store_true", help="require a random bearer token (put in the kubeconfig)")
     parser.add_argument("--compaction-interval", type=_seconds, default=300.0, metavar="SECONDS",
                         help="compact storage this often, like kube-apiserver (default 300; 0 = never)")
+    parser.add_argument("--stop-on-stdin-eof", action="store_true",
+                        help="also stop when standard input reaches its end (for a parent process that owns this "
+                             "server: its death closes the pipe)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Start etcd (unless ``--backend memory``) and the server, write the kubeconfig, serve.
 
-    Blocks until SIGINT or SIGTERM, then stops the server and etcd and returns 0.
+    Blocks until SIGINT or SIGTERM (or, with ``--stop-on-stdin-eof``, until standard input ends), then stops
+    the server and etcd and returns 0.
     If they cannot start (no etcd binary, etcd unhealthy, port taken, kubeconfig not
     writable), whatever did start is stopped, the reason is printed to stderr and 2
     is returned.  Must be called from the main thread (it installs signal handlers).
@@ -72,6 +76,15 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if getattr(args, "stop_on_stdin_eof", False):
+
+        def stop_at_eof() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                while sys.stdin.buffer.read(65536):
+                    pass
+            stop.set()
+
+        threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
     try:
         server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
                                compaction_interval=args.compaction_interval or None)

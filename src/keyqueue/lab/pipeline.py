@@ -441,9 +441,13 @@ class Pipeline:
 
         self._child_dir = tempfile.mkdtemp(prefix="keyqueue-pipeline-")
         path = os.path.join(self._child_dir, "kubeconfig")
-        cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend]
-        # preexec_fn: the child gets SIGTERM (and stops its etcd) if this process dies without stopping it.
-        self._child = child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend,
+               "--stop-on-stdin-eof"]
+        # If this process dies without stopping the child, the child stops (and stops its etcd) twice over: the
+        # kernel sends it SIGTERM (preexec_fn: PR_SET_PDEATHSIG), and its stdin pipe, whose only writer is this
+        # process, reaches its end. The pipe alone would do; the signal is faster.
+        self._child = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True,
                                                preexec_fn=_die_with_parent_hook())
         lines: list[str] = []
         ready = threading.Event()
@@ -477,8 +481,9 @@ class Pipeline:
             if self._child_reader is not None:
                 self._child_reader.join(5.0)  # it reaches the end of the output now that the child is gone
                 self._child_reader = None
-            if child.stdout is not None:
-                child.stdout.close()
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    pipe.close()
         if self._child_dir is not None:
             import shutil
 
