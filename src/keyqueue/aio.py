@@ -134,7 +134,8 @@ class Queue(ShellBase[T]):
 
         Returns at once (without suspending) when a key is ready. After shutdown, keys still queued are handed
         out; once none is left, raises :class:`~keyqueue.ShutDown` (also in every ``get()`` that was waiting).
-        With ``timeout`` (seconds, real time), raises ``TimeoutError`` if no key became ready in time. Cancelled
+        With ``timeout`` (seconds, real time), raises ``TimeoutError`` if no key became ready in time (a negative or
+        NaN ``timeout``: ``ValueError``; a non-number: ``TypeError``; nothing is taken). Cancelled
         while waiting, it takes nothing out of the queue (see the module docstring).
         """
         if timeout is not None:

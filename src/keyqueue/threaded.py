@@ -56,7 +56,8 @@ class Queue(ShellBase[T]):
 
         After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
         (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
-        ``TimeoutError`` if no key became ready in time.
+        ``TimeoutError`` if no key became ready in time; a negative or NaN ``timeout`` raises ``ValueError`` and a
+        non-number ``TypeError``, before anything is taken.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
