@@ -370,3 +370,41 @@ def test_cli_stops_when_its_stdin_ends(tmp_path: Path) -> None:
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+def test_cli_exits_anyway_when_an_orderly_stop_hangs(tmp_path: Path) -> None:
+    """A stop that does not finish within the grace period ends the process (exit 3) with the threads' stacks on
+    stderr, instead of leaving a server nobody owns. The hang is simulated by a stop() that never returns."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading\n"
+        "import keyqueue.apiserver.cli as cli\n"
+        "cli.STOP_GRACE = 0.5\n"
+        "cli.TestAPIServer.stop = lambda self: threading.Event().wait()\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, "--backend", "memory", "--stop-on-stdin-eof",
+         "--kubeconfig", str(tmp_path / "kubeconfig")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        for line in proc.stdout:
+            if line.startswith("stop with"):
+                break
+        proc.stdin.close()  # ask for the stop; it hangs; the watchdog must end the process
+        assert proc.wait(20) == 3
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        assert "stopping took longer than 0.5 s" in err
+        assert "Thread" in err  # faulthandler's stack dump
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

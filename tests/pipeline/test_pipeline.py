@@ -336,9 +336,10 @@ def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> N
 
     proc, child = _start_cli(tmp_path)
     try:
-        proc.send_signal(signal.SIGKILL)  # no cleanup code runs: the kernel's parent-death signal must do it
+        # No cleanup code runs in the pipeline: the child must notice by itself (the kernel's parent-death signal,
+        # or the end of its stdin pipe), stop in order, or be ended by its own watchdog (apiserver.cli.STOP_GRACE).
+        proc.send_signal(signal.SIGKILL)
         proc.wait(WAIT)
-        # The child's orderly stop may itself wait up to 2 x 5 s for connection threads; allow for that.
         try:
             wait_until(lambda: _gone(child), "the API server child exiting after its parent was killed", 3 * WAIT)
         except AssertionError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
+import os
 import signal
 import sys
 import threading
@@ -71,9 +73,20 @@ def run(args: argparse.Namespace) -> int:
     is returned.  Must be called from the main thread (it installs signal handlers).
     """
     stop = threading.Event()
+    watchdog: list[threading.Timer] = []
+
+    def request_stop() -> None:
+        # An orderly stop is bounded: if it has not finished STOP_GRACE seconds after it was asked for, the
+        # process dumps its threads' stacks to stderr and exits (etcd, our child, gets its parent-death signal).
+        if not stop.is_set():
+            timer = threading.Timer(STOP_GRACE, _force_exit)
+            timer.daemon = True
+            timer.start()
+            watchdog.append(timer)
+        stop.set()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        request_stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     if getattr(args, "stop_on_stdin_eof", False):
@@ -82,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError, ValueError):
                 while sys.stdin.buffer.read(65536):
                     pass
-            stop.set()
+            request_stop()
 
         threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
     try:
@@ -109,9 +122,22 @@ def run(args: argparse.Namespace) -> int:
         finally:
             server.stop()
     finally:
+        for timer in watchdog:
+            timer.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+STOP_GRACE = 20.0  # seconds an orderly stop may take before the process exits anyway
+
+
+def _force_exit() -> None:
+    with contextlib.suppress(Exception):
+        print(f"apiserver: stopping took longer than {STOP_GRACE:g} s; exiting now. Threads:", file=sys.stderr,
+              flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os._exit(3)
 
 
 def main(argv: list[str] | None = None) -> int:
