@@ -59,15 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compaction-interval", type=_seconds, default=300.0, metavar="SECONDS",
                         help="compact storage this often, like kube-apiserver (default 300; 0 = never)")
     parser.add_argument("--stop-on-stdin-eof", action="store_true",
-                        help="also stop when standard input reaches its end (for a parent process that owns this "
-                             "server: its death closes the pipe)")
+                        help="also stop when standard input reaches its end or the parent process exits (for a "
+                             "parent process that owns this server)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Start etcd (unless ``--backend memory``) and the server, write the kubeconfig, serve.
 
-    Blocks until SIGINT or SIGTERM (or, with ``--stop-on-stdin-eof``, until standard input ends), then stops
-    the server and etcd and returns 0.
+    Blocks until SIGINT or SIGTERM (or, with ``--stop-on-stdin-eof``, until standard input ends or the parent
+    process exits), then stops the server and etcd and returns 0; a stop that takes longer than ``STOP_GRACE``
+    seconds ends the process with exit status 3 and the threads' stacks on stderr.
     If they cannot start (no etcd binary, etcd unhealthy, port taken, kubeconfig not
     writable), whatever did start is stopped, the reason is printed to stderr and 2
     is returned.  Must be called from the main thread (it installs signal handlers).
@@ -97,7 +98,15 @@ def run(args: argparse.Namespace) -> int:
                     pass
             request_stop()
 
+        def stop_with_parent(parent: int) -> None:  # the parent died: we were re-parented
+            while not stop.wait(0.5):
+                if os.getppid() != parent:
+                    request_stop()
+                    return
+
         threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
+        threading.Thread(target=stop_with_parent, args=(os.getppid(),), name="apiserver-parent-watch",
+                         daemon=True).start()
     try:
         server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
                                compaction_interval=args.compaction_interval or None)
