@@ -38,6 +38,7 @@ controller starts. Without a registry nothing is recorded. The queue's own metri
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import signal
 import threading
@@ -45,11 +46,12 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
 from keyqueue._core import check_timeout
 from keyqueue._priority_core import check_priority
+from keyqueue._signals import recorded_signals
 from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
 from keyqueue.priority import PriorityAdds, PriorityQueue
@@ -519,28 +521,24 @@ class Controller(ControllerBase[T]):
         """Start (unless started), block until :meth:`stop` is called, the queue is shut down and empty, or —
         with ``handle_signals`` in the main thread — SIGINT/SIGTERM arrives; then stop (waiting at most
         ``stop_timeout``) and return what :meth:`stop` returned. The previous signal handlers are restored."""
-        previous: dict[signal.Signals, Any] = {}
-        if handle_signals and threading.current_thread() is threading.main_thread():
-
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                self.log.info("controller %s: %s received, stopping", self.name, signal.Signals(signum).name)
-                self._request_stop()
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, on_signal)
-        try:
+        watch = handle_signals and threading.current_thread() is threading.main_thread()
+        signals: contextlib.AbstractContextManager[list[int]] = (
+            recorded_signals(signal.SIGINT, signal.SIGTERM) if watch else contextlib.nullcontext([])
+        )
+        with signals as received:  # the handlers only record the signal (see keyqueue._signals)
             with self._state:
                 started = self._started
             if not started:
                 self.start()
-            self._wake.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            while not self._wake.wait(0.2 if watch else None):
+                if received:
+                    self.log.info("controller %s: %s received, stopping", self.name,
+                                  signal.Signals(received[0]).name)
+                    self._request_stop()
         return self.stop(self.stop_timeout)
 
     def _request_stop(self) -> None:
-        # From a signal handler: set flags only (stop() itself runs in run()).
+        # Set flags and wake run(); stop() itself runs in run().
         self._stop_requested = True
         if not self.drain:
             self._dropping = True

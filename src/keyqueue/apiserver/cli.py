@@ -10,7 +10,8 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
+
+from keyqueue._signals import recorded_signals
 
 from .etcd import EtcdStartError
 from .testserver import TestAPIServer
@@ -76,65 +77,66 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     watchdog: list[threading.Timer] = []
 
+    watchdog_lock = threading.Lock()
+
     def request_stop() -> None:
-        # An orderly stop is bounded: if it has not finished STOP_GRACE seconds after it was asked for, the
-        # process dumps its threads' stacks to stderr and exits (etcd, our child, gets its parent-death signal).
-        if not stop.is_set():
-            timer = threading.Timer(STOP_GRACE, _force_exit)
-            timer.daemon = True
-            timer.start()
-            watchdog.append(timer)
+        # Never called from a signal handler. An orderly stop is bounded: if it has not finished STOP_GRACE
+        # seconds after it was asked for, the process dumps its threads' stacks to stderr and exits (etcd, our
+        # child, gets its parent-death signal).
+        with watchdog_lock:
+            if not watchdog:
+                timer = threading.Timer(STOP_GRACE, _force_exit)
+                timer.daemon = True
+                timer.start()
+                watchdog.append(timer)
         stop.set()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        request_stop()
+    # The handlers only record the signal (see keyqueue._signals); the loop below acts on it.
+    with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+        if getattr(args, "stop_on_stdin_eof", False):
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    if getattr(args, "stop_on_stdin_eof", False):
+            def stop_at_eof() -> None:
+                with contextlib.suppress(OSError, ValueError):
+                    while sys.stdin.buffer.read(65536):
+                        pass
+                request_stop()
 
-        def stop_at_eof() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                while sys.stdin.buffer.read(65536):
+            def stop_with_parent(parent: int) -> None:  # the parent died: we were re-parented
+                while not stop.wait(0.5):
+                    if os.getppid() != parent:
+                        request_stop()
+                        return
+
+            threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
+            threading.Thread(target=stop_with_parent, args=(os.getppid(),), name="apiserver-parent-watch",
+                             daemon=True).start()
+        try:
+            server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
+                                   compaction_interval=args.compaction_interval or None)
+            try:
+                server.start()
+                path = server.write_kubeconfig(args.kubeconfig)
+            except (EtcdStartError, OSError) as exc:  # FileNotFoundError (no etcd) is an OSError
+                server.stop()
+                print(f"apiserver: could not start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                return 2
+            try:
+                etcd = f", etcd {server.etcd.client_url} (pid {server.etcd.pid})" if server.etcd is not None else ""
+                print("keyqueue test API server: a Kubernetes-API-compatible test server for a subset of resources "
+                      "(ConfigMaps, Namespaces), not kube-apiserver\n"
+                      f"listening on {server.url} with {args.backend} storage{etcd}\n"
+                      f"kubeconfig: {path}  (export KUBECONFIG={path})\n"
+                      f"stop with Ctrl-C or SIGTERM", flush=True)
+                while not received and not stop.wait(0.2):
                     pass
-            request_stop()
-
-        def stop_with_parent(parent: int) -> None:  # the parent died: we were re-parented
-            while not stop.wait(0.5):
-                if os.getppid() != parent:
-                    request_stop()
-                    return
-
-        threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
-        threading.Thread(target=stop_with_parent, args=(os.getppid(),), name="apiserver-parent-watch",
-                         daemon=True).start()
-    try:
-        server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
-                               compaction_interval=args.compaction_interval or None)
-        try:
-            server.start()
-            path = server.write_kubeconfig(args.kubeconfig)
-        except (EtcdStartError, OSError) as exc:  # FileNotFoundError (no etcd) is an OSError
-            server.stop()
-            print(f"apiserver: could not start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            return 2
-        try:
-            etcd = f", etcd {server.etcd.client_url} (pid {server.etcd.pid})" if server.etcd is not None else ""
-            print("keyqueue test API server: a Kubernetes-API-compatible test server for a subset of resources "
-                  "(ConfigMaps, Namespaces), not kube-apiserver\n"
-                  f"listening on {server.url} with {args.backend} storage{etcd}\n"
-                  f"kubeconfig: {path}  (export KUBECONFIG={path})\n"
-                  f"stop with Ctrl-C or SIGTERM", flush=True)
-            while not stop.wait(0.5):
-                pass
-            with contextlib.suppress(OSError):  # stdout may be a pipe whose reader is gone (a killed parent)
-                print("stopping", flush=True)
+                request_stop()
+                with contextlib.suppress(OSError):  # stdout may be a pipe whose reader is gone (a killed parent)
+                    print("stopping", flush=True)
+            finally:
+                server.stop()
         finally:
-            server.stop()
-    finally:
-        for timer in watchdog:
-            timer.cancel()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            for timer in watchdog:
+                timer.cancel()
     return 0
 
 

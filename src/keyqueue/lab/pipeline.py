@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
 from keyqueue._httpserver import TrackingHTTPServer
+from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
 from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
@@ -1001,18 +1002,10 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
         else:
             print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
                   flush=True)
-            stop = threading.Event()
-
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                stop.set()
-
-            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                while not stop.wait(0.5):
-                    pass
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
+            with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+                while not received:
+                    time.sleep(0.2)
         settled = pipeline.wait_reconciled(30.0)
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
