@@ -146,6 +146,16 @@ class ShellBase(Generic[T]):
         finally:
             lock.release()
 
+    def _drain_verdict(self, remaining: float | None) -> bool | None:
+        """One check of ``shut_down_with_drain()`` (lock held): ``True`` drained (FIFO empty, nothing being
+        processed), ``False`` cancelled by ``shut_down()`` or out of time (``remaining`` <= 0), ``None`` wait on."""
+        core = self._core
+        if core.idle():
+            return True
+        if not core.draining or (remaining is not None and remaining <= 0):
+            return False
+        return None
+
     # -- inspection --------------------------------------------------------------------------------------
 
     def __len__(self) -> int:

@@ -254,13 +254,10 @@ class Queue(ShellBase[T]):
             self._wake_all(self._getters)
         while True:
             with lock:
-                if core.idle():
-                    return True
-                if not core.draining:
-                    return False
                 wait = None if deadline is None else deadline - loop.time()
-                if wait is not None and wait <= 0:
-                    return False
+                verdict = self._drain_verdict(wait)
+                if verdict is not None:
+                    return verdict
                 fut: Future[bool] = loop.create_future()
                 drainers.append(fut)
             timer = None if wait is None else loop.call_later(wait, _resolve, fut, _BY_TIMER)

@@ -157,13 +157,10 @@ class Queue(ShellBase[T]):
             core.shut_down(drain=True)
             self._readable.notify_all()
             while True:
-                if core.idle():
-                    return True
-                if not core.draining:
-                    return False
                 wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    return False
+                verdict = self._drain_verdict(wait)
+                if verdict is not None:
+                    return verdict
                 self._drainers += 1
                 try:
                     self._idle.wait(wait)
