@@ -166,3 +166,16 @@ def waiting_getters(q: Any) -> int:
 def wait_for_getters(q: Any, n: int = 1) -> None:
     """Block until at least ``n`` ``get()`` calls wait inside ``q`` (bounded; see :func:`wait_until`)."""
     wait_until(lambda: waiting_getters(q) >= n, what=f"{n} waiting get() call(s)")
+
+
+class Key:
+    """A hashable key that can be weakly referenced (``str`` cannot), to prove the queue lets go of it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and other.name == self.name

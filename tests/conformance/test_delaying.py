@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from keyqueue import AddResult, Clock, FakeClock, ShutDown
-from tests.shells import wait_for_getters
+from tests.shells import Key, wait_for_getters
 
 
 def test_add_after_fires_exactly_when_due(make_queue: Any) -> None:
@@ -177,24 +177,13 @@ def test_real_clock_delay_is_served_without_a_background_thread(make_queue: Any)
     assert q.get(timeout=2) == "a"
 
 
-class _Key:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and other.name == self.name
-
-
 @pytest.mark.parametrize("first_delay", [10.0, math.inf])
 def test_no_reference_kept_after_a_delayed_entry_was_moved_earlier(make_queue: Any, first_delay: float) -> None:
     # A delayed entry moved earlier leaves its old heap slot behind; that slot must not keep the key alive once
     # the key has fired, been processed and is done (the queue keeps no reference to a finished key).
     clock = FakeClock()
     q = make_queue("delaying", clock=clock)
-    key = _Key("a")
+    key = Key("a")
     ref = weakref.ref(key)
     q.add_after(key, first_delay)
     assert q.add_after(key, 1.0) == AddResult.DELAYED  # moved earlier

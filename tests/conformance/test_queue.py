@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keyqueue import AddResult, FakeClock, ItemFastSlowRateLimiter, ShutDown
-from tests.shells import wait_for_getters
+from tests.shells import Key, wait_for_getters
 
 
 def test_fifo_order(make_queue: Any) -> None:
@@ -224,20 +224,9 @@ def test_any_hashable_key_works(make_queue: Any) -> None:
     assert [q.get(timeout=1) for _ in keys] == keys
 
 
-class _Key:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and other.name == self.name
-
-
 def test_no_reference_kept_after_done(make_queue: Any) -> None:
     q = make_queue()
-    key = _Key("a")
+    key = Key("a")
     ref = weakref.ref(key)
     q.add(key)
     got = q.get(timeout=1)

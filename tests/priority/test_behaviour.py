@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from keyqueue import AddResult, FakeClock, ItemExponentialFailureRateLimiter, ShutDown
+from tests.shells import Key
 
 
 def drain(q: Any) -> list[tuple[Any, int]]:
@@ -429,17 +430,6 @@ def test_repr_and_unstatted_queue(make_pq: Any) -> None:
         q.stats()
 
 
-class _Key:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and other.name == self.name
-
-
 @pytest.mark.parametrize("supersede", ["raised priority", "moved earlier"])
 def test_no_reference_kept_after_done_when_an_entry_was_superseded(supersede: str) -> None:
     import gc
@@ -448,8 +438,8 @@ def test_no_reference_kept_after_done_when_an_entry_was_superseded(supersede: st
     from keyqueue import FakeClock, PriorityQueue
 
     clock = FakeClock()
-    q: PriorityQueue[_Key] = PriorityQueue(clock=clock)
-    key = _Key("a")
+    q: PriorityQueue[Key] = PriorityQueue(clock=clock)
+    key = Key("a")
     ref = weakref.ref(key)
     if supersede == "raised priority":
         q.add(key, priority=0)
