@@ -135,7 +135,7 @@ class Case:
     run: Runner
     baseline: str | None = None  # id of the row the ratio column divides by
     checks: tuple[Check, ...] = ()
-    reference: str = ""  # client-go's figure from notes/peer-figures.md (not measured in this run)
+    reference: str = ""  # client-go's figure from benchmarks/REFERENCE.md (not measured in this run)
     needs: tuple[str, ...] = ()  # rows that must run too when selected with --only
     interleave: bool = False  # a cheap per-operation row: run once per round, values pooled
 

@@ -159,19 +159,19 @@ def _run_all(
             [(c, errors[c.id]) for c in cases if c.id in errors])
 
 
-# CPython primitives on the reference machine (notes/peer-figures.md), midpoints of the quoted ranges.
+# CPython primitives on the reference machine (benchmarks/REFERENCE.md), midpoints of the quoted ranges.
 _REFERENCE_PRIMITIVES = {"base.queue": 1080.0, "base.lock": 61.0, "base.simplequeue": 39.0, "base.set_in": 11.5}
 
 
 def _machine_vs_reference(results: Mapping[str, Result]) -> str:
-    """How fast this machine runs CPython primitives compared with the reference machine of peer-figures.md."""
+    """How fast this machine runs CPython primitives compared with the reference machine of benchmarks/REFERENCE.md."""
     parts = [
         f"{rid} {results[rid].median:,.1f} ns ({results[rid].median / ref:.2f}x)"
         for rid, ref in _REFERENCE_PRIMITIVES.items() if rid in results
     ]
     if not parts:
         return ""
-    return ("this machine vs the reference machine of notes/peer-figures.md (CPython primitives, this run / "
+    return ("this machine vs the reference machine of benchmarks/REFERENCE.md (CPython primitives, this run / "
             "reference): " + ", ".join(parts))
 
 
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"run took {elapsed:.0f} s   load avg start {info['loadavg_at_start']} end {load_end}", file=out)
     print(f"harness: {HARNESS}", file=out)
     print("ratio = this row's median / its baseline's median (below 1 = faster). client-go figures are reference "
-          "only (notes/peer-figures.md), not measured in this run.", file=out)
+          "only (benchmarks/REFERENCE.md), not measured in this run.", file=out)
     print(file=out)
     print(format_table(results, skipped), file=out)
     calib = _machine_vs_reference(ctx.results)

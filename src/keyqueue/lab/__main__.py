@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 
 from keyqueue.lab.commands import COMMANDS, DEFAULT_COMMAND, CommandUnavailable
@@ -25,8 +26,19 @@ def _top_help() -> str:
     for name, command in COMMANDS.items():
         default = " [default]" if name == DEFAULT_COMMAND else ""
         lines.append(f"  {name:<{width}}  {command.summary}{default}")
-    lines += ["", f"'{_PROG} COMMAND --help' shows a command's options; with no command, '{DEFAULT_COMMAND}' runs."]
+    lines += ["", f"'{_PROG} COMMAND --help' shows a command's options; with no command, '{DEFAULT_COMMAND}' runs.",
+              f"'{_PROG} --version' prints the version."]
     return "\n".join(lines)
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own ``__version__`` when run from a bare tree)."""
+    try:
+        return importlib.metadata.version("keyqueue")
+    except importlib.metadata.PackageNotFoundError:
+        import keyqueue
+
+        return keyqueue.__version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
         print(_top_help())
+        return 0
+    if args and args[0] in ("-V", "--version"):
+        print(f"{_PROG} {_version()}")
         return 0
     if not args or args[0].startswith("-"):
         name, rest = DEFAULT_COMMAND, args

@@ -52,9 +52,11 @@ class Command:
                     f"the '{self.name}' subcommand is not available in this installation: "
                     f"its module {self.module} does not exist yet"
                 ) from exc
+            from keyqueue.lab.common import install_line
+
             raise CommandUnavailable(
                 f"the '{self.name}' subcommand needs the Python package '{missing}', which is not installed "
-                f"(module {self.module} imports it)"
+                f"(module {self.module} imports it); install everything the lab needs with: {install_line('lab')}"
             ) from exc
         add_arguments = getattr(mod, "add_arguments", None)
         run = getattr(mod, "run", None)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = [
@@ -16,6 +19,7 @@ __all__ = [
     "format_duration",
     "format_percent",
     "human_stream",
+    "install_line",
     "parse_duration",
     "write_json",
 ]
@@ -77,6 +81,21 @@ def format_percent(fraction: float, digits: int = 1) -> str:
     (``0.99996`` → ``99.99%`` with 2 digits)."""
     scale = 10**digits
     return f"{math.floor(fraction * 100 * scale + 1e-6) / scale:.{digits}f}%"
+
+
+def install_line(extra: str = "lab") -> str:
+    """The exact command that installs keyqueue's ``extra`` into the running interpreter's environment.
+
+    From a source checkout (``pyproject.toml`` two levels above the package, as in this repository's ``src``
+    layout) it is an editable install of that checkout; otherwise an install of the published package.
+    """
+    python = shlex.quote(sys.executable)
+    root = Path(__file__).resolve().parents[3]
+    if (root / "pyproject.toml").is_file():
+        here = Path(os.getcwd()).resolve()
+        where = "." if root == here else str(root)
+        return f"{python} -m pip install -e {shlex.quote(f'{where}[{extra}]')}"
+    return f"{python} -m pip install {shlex.quote(f'keyqueue[{extra}]')}"
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

@@ -20,8 +20,10 @@ class PlotUnavailable(RuntimeError):
 def require_matplotlib() -> None:
     """Raise :class:`PlotUnavailable` with installation advice unless matplotlib can be imported."""
     if importlib.util.find_spec("matplotlib") is None:
+        from keyqueue.lab.common import install_line
+
         raise PlotUnavailable(
-            "--plot needs matplotlib, which is not installed; install it with: pip install 'keyqueue[plot]'"
+            f"--plot needs matplotlib, which is not installed; install it with: {install_line('lab')}"
         )
 
 
