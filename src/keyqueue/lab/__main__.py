@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 
 from keyqueue.lab.commands import COMMANDS, DEFAULT_COMMAND, CommandUnavailable
+from keyqueue.lab.common import EXIT_INTERRUPTED, check_output_paths
 
 __all__ = ["main"]
 
@@ -45,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the lab with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
 
     The first argument names the subcommand; if it is missing or starts with ``-`` (other than ``-h``), ``run``
-    is used with all arguments. Unknown subcommand or bad options: status 2. A subcommand whose module is
-    missing: a message on stderr and status 2.
+    is used with all arguments. Unknown subcommand, bad options, or an output path (``--json``, ``--plot``) that
+    cannot be written: a one-line message and status 2, before anything runs. A subcommand whose module or one of
+    its packages is missing: a message naming the install command, status 2. Interrupted (Ctrl-C): status 130
+    (:data:`~keyqueue.lab.common.EXIT_INTERRUPTED`), after the subcommand's summary so far where it has one.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
@@ -72,13 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     loaded.add_arguments(parser)
     try:
         namespace = parser.parse_args(rest)
+        problem = check_output_paths(namespace)
+        if problem is not None:
+            print(f"{_PROG} {name}: {problem}", file=sys.stderr)
+            return 2
         return int(loaded.run(namespace))
     except SystemExit as exc:  # argparse errors and --help; keep main() a function that returns
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     except KeyboardInterrupt:
         print(f"{_PROG}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `keyqueue-lab ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not complain
+        return 141
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.lab.common import (
+    EXIT_INTERRUPTED,
     add_json_argument,
+    check_size,
     format_count,
     format_duration,
     human_stream,
@@ -49,6 +52,7 @@ class HerdResult:
     returned: int  #: retries handed out within the window
     pending: int  #: retries still scheduled when the window closed (dropped by shut_down)
     last_due_s: float  #: when, by the bucket's arithmetic, the last retry of the herd is due
+    interrupted: bool = False  #: Ctrl-C ended the watch early; ``window_s`` is how long it really watched
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +88,22 @@ def exponential_table(attempts: int = 20, key: str = "default/obj-1") -> tuple[l
     return delays, before, after, again, float(cap)
 
 
+MAX_HERD_KEYS = 1_000_000
+MAX_ATTEMPTS = 1000
+
+
 def measure_herd(keys: int = 1000, window: float = 4.0, *, fake_clock: bool = False,
-                 step: float = 0.01) -> HerdResult:
+                 step: float = 0.01, on_progress: Callable[[float, int], None] | None = None,
+                 progress_every: float = 1.0) -> HerdResult:
     """Fail ``keys`` distinct keys at once into a default rate-limiting queue and watch retries for ``window`` s.
 
-    On the real clock this blocks for ``window`` seconds. With ``fake_clock=True`` a :class:`FakeClock` is stepped
-    by ``step`` seconds at a time and the run takes only as long as the computation. Raises ``ValueError`` for a
-    non-positive window or step, or ``keys < 1``.
+    On the real clock this blocks for ``window`` seconds, calling ``on_progress(seconds watched, retries back)``
+    about every ``progress_every`` seconds; Ctrl-C (``KeyboardInterrupt`` in the calling thread) ends the watch
+    early and the result says so (``interrupted``, ``window_s`` = how long it watched). With ``fake_clock=True``
+    a :class:`FakeClock` is stepped by ``step`` seconds at a time and the run takes only as long as the
+    computation. Raises ``ValueError`` for a non-positive window or step, or ``keys`` outside 1..1,000,000.
     """
-    if keys < 1:
-        raise ValueError(f"keys must be >= 1, got {keys!r}")
+    check_size("herd keys", keys, 1, MAX_HERD_KEYS)
     if not window > 0 or not step > 0:
         raise ValueError(f"window and step must be > 0 seconds, got {window!r} and {step!r}")
     clock: Clock = FakeClock() if fake_clock else RealClock()
@@ -109,6 +119,7 @@ def measure_herd(keys: int = 1000, window: float = 4.0, *, fake_clock: bool = Fa
         q.add_rate_limited(name)
     scheduling = clock.now() - t0
     arrivals: list[float] = []
+    interrupted = False
     if isinstance(clock, FakeClock):
         while clock.now() - t0 < window - 1e-12:
             clock.step(min(step, window - (clock.now() - t0)))
@@ -121,16 +132,26 @@ def measure_herd(keys: int = 1000, window: float = 4.0, *, fake_clock: bool = Fa
                 q.done(key)
     else:
         deadline = t0 + window
-        while True:
-            remaining = deadline - clock.now()
-            if remaining <= 0:
-                break
-            try:
-                key = q.get(timeout=remaining)
-            except TimeoutError:
-                break
-            arrivals.append(clock.now() - t0)
-            q.done(key)
+        next_progress = t0 + progress_every
+        try:
+            while True:
+                now = clock.now()
+                if now >= next_progress:
+                    next_progress += progress_every
+                    if on_progress is not None:
+                        on_progress(now - t0, len(arrivals))
+                remaining = deadline - now
+                if remaining <= 0:
+                    break
+                try:
+                    key = q.get(timeout=min(remaining, max(next_progress - now, 0.0)))
+                except TimeoutError:
+                    continue
+                arrivals.append(clock.now() - t0)
+                q.done(key)
+        except KeyboardInterrupt:
+            interrupted = True
+            window = clock.now() - t0
     q.shut_down()
     half_interval = 0.5 / qps if qps > 0 else window
     burst = sum(1 for t in arrivals if t < half_interval)
@@ -151,6 +172,7 @@ def measure_herd(keys: int = 1000, window: float = 4.0, *, fake_clock: bool = Fa
         returned=len(arrivals),
         pending=keys - len(arrivals),
         last_due_s=last_due,
+        interrupted=interrupted,
     )
 
 
@@ -163,6 +185,15 @@ def run_backoff(attempts: int = 20, *, herd_keys: int = 1000, herd_window: float
 
 
 def format_result(r: BackoffResult) -> str:
+    """The whole text report: the table and the reset, then the herd (if it ran)."""
+    parts = [format_table(r)]
+    if r.herd is not None:
+        parts += [format_herd_start(r.herd.keys, r.herd.window_s, r.herd.clock), format_herd(r.herd)]
+    return "\n".join(parts)
+
+
+def format_table(r: BackoffResult) -> str:
+    """The per-key table and the reset by ``forget`` (computed, no waiting)."""
     lines = [
         "Per-key exponential backoff (default controller limiter: max of 5ms·2^(n-1) capped at "
         f"{format_duration(r.max_delay)}, and a shared bucket)",
@@ -178,24 +209,31 @@ def format_result(r: BackoffResult) -> str:
         f"forget() after success: failures remembered {r.requeues_before_forget} → {r.requeues_after_forget}; "
         f"the next failure waits {format_duration(r.delay_after_forget)} again",
     ]
-    h = r.herd
-    if h is not None:
-        lines += [
-            "",
-            f"Thundering herd: {format_count(h.keys)} keys fail at once (add_rate_limited each, "
-            f"{format_duration(h.scheduling_s)} to schedule), {h.clock} clock, watched for "
-            f"{format_duration(h.window_s)}",
-            f"  shared bucket                  : {h.bucket_qps:g}/s, burst {h.bucket_burst}",
-            f"  back at once (the burst)       : {h.burst} retries, the last after "
-            f"{format_duration(h.burst_span_s)}",
-            f"  then                           : {h.returned - h.burst} retries at {h.retry_rate:.2f}/s "
-            f"(measured; the bucket allows {h.bucket_qps:g}/s)",
-            f"  still waiting at the end       : {format_count(h.pending)} (the last is due "
-            f"{format_duration(h.last_due_s)} after the failure; shut_down dropped them)",
-            "",
-            "Without the bucket all of them would be back after 5ms; with it the herd trickles back at the "
-            "bucket's rate.",
-        ]
+    return "\n".join(lines)
+
+
+def format_herd_start(keys: int, window: float, clock: str) -> str:
+    """The line printed before the herd is watched."""
+    return (f"\nThundering herd: {format_count(keys)} keys fail at once (add_rate_limited each); watching their "
+            f"retries come back for {format_duration(window)} on the {clock} clock …")
+
+
+def format_herd(h: HerdResult) -> str:
+    """What the herd's watch measured."""
+    lines = [
+        f"  {format_duration(h.scheduling_s)} to schedule the {format_count(h.keys)} retries; watched "
+        f"{format_duration(h.window_s)}" + (" — interrupted" if h.interrupted else ""),
+        f"  shared bucket                  : {h.bucket_qps:g}/s, burst {h.bucket_burst}",
+        f"  back at once (the burst)       : {h.burst} retries, the last after "
+        f"{format_duration(h.burst_span_s)}",
+        f"  then                           : {h.returned - h.burst} retries at {h.retry_rate:.2f}/s "
+        f"(measured; the bucket allows {h.bucket_qps:g}/s)",
+        f"  still waiting at the end       : {format_count(h.pending)} (the last is due "
+        f"{format_duration(h.last_due_s)} after the failure; shut_down dropped them)",
+        "",
+        "Without the bucket all of them would be back after 5ms; with it the herd trickles back at the "
+        "bucket's rate.",
+    ]
     return "\n".join(lines)
 
 
@@ -221,13 +259,26 @@ def run(args: argparse.Namespace) -> int:
         except PlotUnavailable as exc:
             print(f"backoff: {exc}", file=out)
             return 2
-    if args.attempts < 1 or args.herd_keys < 0 or not args.herd_window > 0:
-        print("backoff: --attempts must be >= 1, --herd-keys >= 0, --herd-window > 0", file=out)
+    try:
+        check_size("--attempts", args.attempts, 1, MAX_ATTEMPTS)
+        check_size("--herd-keys", args.herd_keys, 0, MAX_HERD_KEYS)
+        if not args.herd_window > 0:
+            raise ValueError(f"--herd-window must be > 0, got {format_duration(args.herd_window)}")
+    except ValueError as exc:
+        print(f"backoff: {exc}", file=out)
         return 2
     started = time.monotonic()
-    result = run_backoff(args.attempts, herd_keys=args.herd_keys, herd_window=args.herd_window,
-                         fake_clock=args.fake_clock)
-    print(format_result(result), file=out)
+    # The table needs no waiting: it comes first; the herd (seconds on the real clock) follows with progress.
+    delays, before, after, again, cap = exponential_table(args.attempts)
+    result = BackoffResult(delays, before, after, again, cap)
+    print(format_table(result), file=out, flush=True)
+    if args.herd_keys > 0:
+        clock = "fake" if args.fake_clock else "real"
+        print(format_herd_start(args.herd_keys, args.herd_window, clock), file=out, flush=True)
+        herd = measure_herd(args.herd_keys, args.herd_window, fake_clock=args.fake_clock,
+                            on_progress=_progress_printer(out))
+        result = BackoffResult(delays, before, after, again, cap, herd)
+        print(format_herd(herd), file=out)
     print(f"\n(elapsed {format_duration(time.monotonic() - started)})", file=out, flush=True)
     if args.plot is not None:
         from keyqueue.lab.plot import plot_backoff
@@ -235,4 +286,11 @@ def run(args: argparse.Namespace) -> int:
         plot_backoff(result, args.plot)
         print(f"plot written to {args.plot}", file=out, flush=True)
     write_json(args.json, result.summary())
-    return 0
+    return EXIT_INTERRUPTED if result.herd is not None and result.herd.interrupted else 0
+
+
+def _progress_printer(out: TextIO) -> Callable[[float, int], None]:
+    def progress(watched: float, back: int) -> None:
+        print(f"  … {format_duration(watched)}: {format_count(back)} retries back so far", file=out, flush=True)
+
+    return progress

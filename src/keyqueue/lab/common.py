@@ -14,15 +14,27 @@ from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = [
+    "EXIT_INTERRUPTED",
+    "MAX_THREADS",
     "add_json_argument",
+    "check_output_paths",
+    "check_size",
     "format_count",
     "format_duration",
     "format_percent",
     "human_stream",
     "install_line",
     "parse_duration",
+    "plot_formats",
     "write_json",
 ]
+
+EXIT_INTERRUPTED = 130
+"""The exit status of every subcommand whose run was cut short by Ctrl-C or SIGTERM (after its summary so far)."""
+
+MAX_THREADS = 1024
+"""The most threads (workers, producers, connections) one lab option may ask for: far beyond what shows anything
+on a few cores, and well below what exhausts a machine's thread limit."""
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|μs|ms|s|m|h)?\s*$")
@@ -96,6 +108,68 @@ def install_line(extra: str = "lab") -> str:
         where = "." if root == here else str(root)
         return f"{python} -m pip install -e {shlex.quote(f'{where}[{extra}]')}"
     return f"{python} -m pip install {shlex.quote(f'keyqueue[{extra}]')}"
+
+
+def check_size(option: str, value: object, low: int, high: int) -> None:
+    """Raise ``ValueError`` naming ``option`` unless ``value`` is an int within ``low..high``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{option} must be an integer, got {type(value).__name__}: {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{option} must be within {low:,}..{high:,}, got {value:,}")
+
+
+def _check_writable(option: str, path: str) -> str | None:
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path}: is a directory; give a file name"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.exists():
+        return f"{option} {path}: the directory {str(parent)!r} does not exist"
+    if not parent.is_dir():
+        return f"{option} {path}: {str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        return f"{option} {path}: not writable"
+    return None
+
+
+def plot_formats() -> list[str]:
+    """The file extensions matplotlib can write (raises the plot module's ``PlotUnavailable`` without it)."""
+    from keyqueue.lab.plot import require_matplotlib
+
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    return sorted(Figure().canvas.get_supported_filetypes())
+
+
+def check_output_paths(args: argparse.Namespace) -> str | None:
+    """Check the run's output options before it starts: ``--json PATH`` (``-`` is stdout) and ``--plot FILE``.
+
+    Returns a one-line message for the first problem (a missing or non-writable directory, a path that is a
+    directory, a plot format matplotlib cannot write, matplotlib missing), or ``None`` when every path can be
+    written. Creates nothing.
+    """
+    json_path = getattr(args, "json", None)
+    if json_path is not None and json_path != "-":
+        problem = _check_writable("--json", json_path)
+        if problem is not None:
+            return problem
+    plot_path = getattr(args, "plot", None)
+    if plot_path is not None:
+        from keyqueue.lab.plot import PlotUnavailable
+
+        problem = _check_writable("--plot", plot_path)
+        if problem is not None:
+            return problem
+        try:
+            formats = plot_formats()
+        except PlotUnavailable as exc:
+            return str(exc)
+        suffix = Path(plot_path).suffix.lstrip(".").lower()
+        if suffix not in formats:
+            shown = f"'.{suffix}' is not" if suffix else "a file name without an extension is not"
+            return f"--plot {plot_path}: {shown} a format matplotlib can write; use one of: {', '.join(formats)}"
+    return None
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

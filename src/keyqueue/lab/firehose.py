@@ -32,7 +32,10 @@ from typing import Any, TextIO
 from keyqueue._core import AddResult, QueueStats
 from keyqueue.errors import ShutDown
 from keyqueue.lab.common import (
+    EXIT_INTERRUPTED,
+    MAX_THREADS,
     add_json_argument,
+    check_size,
     format_count,
     format_duration,
     format_percent,
@@ -50,12 +53,15 @@ __all__ = [
     "Sample",
     "add_arguments",
     "key_names",
+    "measure_generator_rate",
     "run",
     "run_firehose",
     "slow_motion_config",
 ]
 
 DEFAULT_FOLLOW = ("default/obj-0", "default/obj-1")
+MAX_KEYS = 1_000_000  #: the most distinct keys a run may ask for
+_MAX_BATCH = 1000  #: the most adds the generator makes between two looks at the clock and the stop flag
 
 _QUEUED, _DEDUP, _MARKED, _DROPPED = AddResult.QUEUED, AddResult.DEDUP, AddResult.MARKED, AddResult.DROPPED
 
@@ -89,8 +95,8 @@ class FirehoseConfig:
         """Raise ``ValueError`` naming the first bad setting."""
         if not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError(f"rate must be a positive number of adds per second, got {self.rate!r}")
-        if self.keys < 1 or self.workers < 1:
-            raise ValueError(f"keys and workers must be >= 1, got {self.keys!r} and {self.workers!r}")
+        check_size("keys", self.keys, 1, MAX_KEYS)
+        check_size("workers", self.workers, 1, MAX_THREADS)
         if not (0.0 <= self.fail <= 1.0):
             raise ValueError(f"fail must be a probability in [0, 1], got {self.fail!r}")
         for name in ("work", "duration", "slow_hold", "follow_every"):
@@ -101,6 +107,14 @@ class FirehoseConfig:
             raise ValueError("sample_every and stats_every must be > 0")
         if self.log not in ("all", "follow", "none"):
             raise ValueError(f"log must be 'all', 'follow' or 'none', got {self.log!r}")
+        if self.log == "follow":
+            known = set(key_names(self.keys))
+            for key in self.follow:
+                if key not in known:
+                    raise ValueError(
+                        f"follow: {key!r} is never added by this run; its keys are default/obj-0 … "
+                        f"default/obj-{self.keys - 1}"
+                    )
 
 
 def slow_motion_config(**overrides: Any) -> FirehoseConfig:
@@ -448,7 +462,9 @@ class _Firehose:
         emit, lock = self.log.emit, self.follow_lock
         n = len(keys)
         rate, duration = c.rate, c.duration
-        max_batch = max(1, int(rate * 0.05))  # after a stall, catch up by at most 50 ms worth per tick
+        # After a stall, catch up by at most 50 ms worth per tick, and never more than _MAX_BATCH adds between two
+        # looks at the clock and the stop flag: the run ends on time and Ctrl-C is seen at any rate.
+        max_batch = min(max(1, int(rate * 0.05)), _MAX_BATCH)
         monotonic, sleep = time.monotonic, time.sleep
         sent = 0
         idx = 0
@@ -568,7 +584,12 @@ class _Firehose:
         if on_sample is not None:
             on_sample(end)
         # Stop: delayed retries are dropped; keys already queued (and re-added while held) are still finished.
-        if not self.q.shut_down_with_drain(timeout=max(10.0, 20 * c.slow_hold)):
+        # A Ctrl-C during that drain stops it: what is still queued is dropped.
+        try:
+            if not self.q.shut_down_with_drain(timeout=max(10.0, 20 * c.slow_hold)):
+                self.q.shut_down()
+        except KeyboardInterrupt:
+            interrupted = True
             self.q.shut_down()
         for t in workers:
             t.join(10.0)
@@ -586,6 +607,27 @@ class _Firehose:
         )
 
 
+def measure_generator_rate(keys: int = 20, seconds: float = 0.03) -> float:
+    """Adds per second the generator's loop makes on this machine, measured now for about ``seconds`` into a
+    fresh counting queue with nobody else running: the most any run can deliver (with workers competing for the
+    interpreter, less)."""
+    q: RateLimitingQueue[str] = RateLimitingQueue(stats=True)
+    add, names = q.add, key_names(keys)
+    n = len(names)
+    made = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while True:
+        for i in range(1000):
+            add(names[i % n])
+        made += 1000
+        now = time.perf_counter()
+        if now >= deadline:
+            break
+    q.shut_down()
+    return made / (now - started)
+
+
 def run_firehose(
     config: FirehoseConfig,
     write: Callable[[str], None] | None = None,
@@ -597,8 +639,10 @@ def run_firehose(
 
     ``write`` receives the event log and ``[STATS]`` lines (several lines per call, joined with newlines) from a
     dedicated thread; ``None`` discards them. ``on_sample`` is called (on the monitor thread) with every sample.
-    Ctrl-C (``KeyboardInterrupt`` in the calling thread) ends the generator early; the result says so. Raises
-    ``ValueError`` for a bad config.
+    Ctrl-C (``KeyboardInterrupt`` in the calling thread) ends the generator early (within at most 1,000 adds,
+    whatever the rate), or the drain after it; the result says so. A rate beyond what the generator can make
+    is not an error here: the run ends on time and reports the rate it delivered (the CLI refuses such rates,
+    see :func:`measure_generator_rate`). Raises ``ValueError`` for a bad config.
     """
     config.validate()
     log = EventLog(write if write is not None else (lambda text: None), config.log, config.follow_every)
@@ -618,7 +662,7 @@ def format_summary(r: FirehoseResult) -> str:
     c, s = r.config, r.stats
     final = Sample(r.generator_elapsed_s, r.enqueued, s, r.queue_len, r.rate_limited)
     asked = c.rate * c.duration
-    collapse = r.enqueued / s.gets if s.gets else float("inf")
+    per_handout = f"{r.enqueued / s.gets:.1f} generator adds per hand-out" if s.gets else "no hand-out yet"
     lines = [
         stats_line(final, "final"),
         f"generator: asked for {format_count(c.rate)} adds/s for {format_duration(c.duration)} "
@@ -629,8 +673,8 @@ def format_summary(r: FirehoseResult) -> str:
         f"funnel: {format_count(s.adds)} adds reached the queue ({format_count(s.fired)} of them fired retries); "
         f"{format_count(s.queued)} joined the FIFO, {format_count(s.deduplicated)} were no-ops, "
         f"{format_count(s.marked)} marked a held key, {format_count(s.redelivered)} redeliveries",
-        f"workers: {format_count(s.gets)} hand-outs to {c.workers} workers ({collapse:.1f} generator adds per "
-        f"hand-out), {format_count(r.rate_limited)} failures sent to add_rate_limited; a key was started while "
+        f"workers: {format_count(s.gets)} hand-outs to {c.workers} workers ({per_handout}), "
+        f"{format_count(r.rate_limited)} failures sent to add_rate_limited; a key was started while "
         f"another worker held it {r.violations} times (must be 0); at most {r.max_in_flight} keys in flight",
         f"queue.Len when the generator stopped: {r.queue_len} (of {c.keys} keys) — it tracks distinct hot keys, "
         "not the event count; retries still scheduled at the end were dropped by the shutdown",
@@ -769,7 +813,9 @@ def _start_metrics(port: int, out: TextIO) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit status 0 after a run in which no key reached two workers at once; 1 otherwise; 2 for bad options."""
+    """Exit status 0 after a run in which no key reached two workers at once; 1 otherwise; 2 for bad options
+    (including a ``--rate`` beyond the generator's measured maximum); 130 if Ctrl-C cut the run short (after the
+    summary of what ran)."""
     out = human_stream(args)
     try:
         config = config_from_args(args)
@@ -777,6 +823,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         print(f"run: {exc}", file=out)
         return 2
+    if config.rate > _RATE_CHECKED_ABOVE:
+        ceiling = measure_generator_rate(config.keys)
+        if config.rate > ceiling:
+            print(f"run: --rate {config.rate:g} adds/s is more than the generator can make here: measured just now, "
+                  f"at most {format_count(ceiling)} adds/s; choose a lower --rate", file=out)
+            return 2
     if args.plot is not None:
         from keyqueue.lab.plot import PlotUnavailable, require_matplotlib
 
@@ -818,7 +870,12 @@ def run(args: argparse.Namespace) -> int:
         plot_run(result, args.plot)
         _Plain(out).write(f"plot written to {args.plot}")
     write_json(args.json, result.summary())
+    if result.interrupted:
+        return EXIT_INTERRUPTED
     return 0 if result.violations == 0 else 1
+
+
+_RATE_CHECKED_ABOVE = 100_000.0  # below this every machine keeps up; above it the CLI measures the generator first
 
 
 def _has_rich() -> bool:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from keyqueue.lab.common import add_json_argument, human_stream, write_json
+from keyqueue.lab.common import MAX_THREADS, add_json_argument, check_size, human_stream, write_json
 
 __all__ = [
     "LoadResult",
@@ -106,11 +106,13 @@ class LoadResult:
         return asdict(self)
 
     def line(self) -> str:
-        return (
-            f"load: {self.requests} requests to {self.url}/trigger/obj-* ({self.keys} names), concurrency "
-            f"{self.concurrency}, {self.errors} errors, {self.rps:,.0f} req/s | round trip p50={self.p50_ms:.2f}ms "
-            f"p95={self.p95_ms:.2f}ms p99={self.p99_ms:.2f}ms max={self.max_ms:.2f}ms"
-        )
+        """One line; round trips are shown only when at least one request was answered (never ``nan``)."""
+        head = (f"load: {self.requests} requests to {self.url}/trigger/obj-* ({self.keys} names), concurrency "
+                f"{self.concurrency}, {self.errors} errors")
+        if math.isnan(self.p50_ms):
+            return head + " | no request was answered"
+        return (f"{head}, {self.rps:,.0f} req/s | round trip p50={self.p50_ms:.2f}ms p95={self.p95_ms:.2f}ms "
+                f"p99={self.p99_ms:.2f}ms max={self.max_ms:.2f}ms")
 
 
 def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection:
@@ -124,12 +126,14 @@ def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection
 def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout: float = 10.0) -> LoadResult:
     """Send ``requests`` POSTs to ``{url}/trigger/obj-<i % keys>`` from ``concurrency`` threads; block until done.
 
-    Raises ``ValueError`` for a non-loopback URL or non-positive counts. Connection errors do not raise: they are
+    Raises ``ValueError`` for a non-loopback URL, non-positive counts or more than
+    :data:`~keyqueue.lab.common.MAX_THREADS` connections. Connection errors do not raise: they are
     counted in ``errors`` (the connection is re-opened for the next request).
     """
     for label, value in (("requests", requests), ("concurrency", concurrency), ("keys", keys)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{label} must be an int >= 1, got {type(value).__name__}: {value!r}")
+    check_size("concurrency", concurrency, 1, MAX_THREADS)
     host, port, prefix = check_loopback_url(url)
     concurrency = min(concurrency, requests)
     lock = threading.Lock()
@@ -146,9 +150,9 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
             next_index += 1
         return i
 
-    def fail(msg: str) -> None:
+    def fail(msg: str, kind: str = "") -> None:
         nonlocal errors, first_error
-        kind = msg.split(":")[0]
+        kind = kind or msg.split(":")[0]
         with lock:
             errors += 1
             statuses[kind] = statuses.get(kind, 0) + 1
@@ -160,10 +164,8 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     def client(slot: int) -> None:
         mine = latencies[slot]
         conn: http.client.HTTPConnection | None = None
-        try:
+        with contextlib.suppress(OSError):  # if it fails, the first request retries and counts the failure
             conn = _connect(host, port, timeout)
-        except OSError as exc:
-            fail(f"connect: {exc}")
         start_gate.wait()
         while True:
             i = take()
@@ -178,6 +180,10 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
                 resp = conn.getresponse()
                 resp.read()
                 t1 = time.perf_counter_ns()
+            except ConnectionRefusedError:
+                fail(f"connection refused to {host}:{port}", "connection refused")
+                conn = None
+                continue
             except (OSError, http.client.HTTPException) as exc:
                 fail(f"{type(exc).__name__}: {exc}")
                 if conn is not None:
@@ -267,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(result.line(), file=out)
     if result.first_error:
-        print(f"load: first error: {result.first_error}", file=out)
+        kinds = ", ".join(f"{kind} × {n}" for kind, n in result.statuses.items() if not kind.isdigit())
+        print(f"load: {result.errors} requests failed ({kinds}); the first: {result.first_error}", file=out)
     write_json(args.json, result.summary())
     return 0 if result.errors == 0 else 1
 

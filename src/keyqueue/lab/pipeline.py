@@ -50,7 +50,16 @@ from keyqueue._httpserver import TrackingHTTPServer
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
-from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
+from keyqueue.lab.common import (
+    EXIT_INTERRUPTED,
+    MAX_THREADS,
+    add_json_argument,
+    check_size,
+    format_duration,
+    human_stream,
+    parse_duration,
+    write_json,
+)
 from keyqueue.lab.load import LoadResult, percentile, run_load, run_load_subprocess
 from keyqueue.lab.race import SameKeyDetector
 from keyqueue.threaded import RateLimitingQueue
@@ -449,7 +458,11 @@ class Pipeline:
         # process, reaches its end. The pipe alone would do; the signal is faster.
         self._child = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True,
-                                               preexec_fn=_die_with_parent_hook())
+                                               preexec_fn=_die_with_parent_hook(),
+                                               # A terminal's Ctrl-C goes to the foreground process group: in a
+                                               # session of its own the child is stopped by stop(), after the
+                                               # informer, never under the informer's open watch.
+                                               start_new_session=True)
         lines: list[str] = []
         ready = threading.Event()
 
@@ -943,7 +956,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """0 when the run verified (nothing lost, no same-key overlap, no request failed), 1 otherwise, 2 for bad
-    arguments or a pipeline that could not start.
+    arguments or a pipeline that could not start, 130 when Ctrl-C or SIGTERM cut the built-in load short (after
+    the report of what ran).
 
     Serving (no ``--requests``): SIGINT or SIGTERM ends the serving and the run reports as usual. Otherwise
     SIGTERM is turned into ``KeyboardInterrupt`` (as SIGINT already is), so that the pipeline, its API server
@@ -969,6 +983,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
     out = human_stream(args)
+    try:
+        check_size("--workers", args.workers, 1, MAX_THREADS)
+        check_size("--concurrency", args.concurrency, 1, MAX_THREADS)
+        check_size("--requests", args.requests, 0, 10_000_000)
+        check_size("--keys", args.keys, 1, 1_000_000)
+    except ValueError as exc:
+        print(f"pipeline: {exc}", file=out)
+        return 2
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
                          unsafe_no_fsync=args.unsafe_no_fsync, apiserver_process=args.apiserver == "process",
@@ -993,26 +1015,31 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
                      "compatible server for ConfigMaps, not kube-apiserver)")
         print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
               f"{cfg.workers} workers", file=out, flush=True)
-        if args.requests > 0:
-            if args.load_in_process:
-                load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
+        interrupted = False
+        try:
+            if args.requests > 0:
+                if args.load_in_process:
+                    load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
+                else:
+                    load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
+                print(load.line(), file=out)
             else:
-                load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
-            print(load.line(), file=out)
-        else:
-            print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
-                  flush=True)
-            # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
-            with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
-                while not received:
-                    time.sleep(0.2)
-        settled = pipeline.wait_reconciled(30.0)
+                print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
+                      flush=True)
+                # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
+                with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+                    while not received:
+                        time.sleep(0.2)
+        except KeyboardInterrupt:  # the built-in load was cut short: report what ran
+            interrupted = True
+            print("pipeline: interrupted; the report covers the triggers sent so far", file=out, flush=True)
+        settled = pipeline.wait_reconciled(5.0 if interrupted else 30.0)
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
         print("", file=out)
         print(pipeline.report(micro), file=out)
         if not settled:
-            print("pipeline: some names were still not reconciled after 30 s", file=out)
+            print(f"pipeline: some names were still not reconciled after {5 if interrupted else 30} s", file=out)
         summary = pipeline.summary()
         summary["queue_microbench"] = micro
         summary["load"] = load.summary() if load is not None else None
@@ -1022,6 +1049,8 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
         if state is not None:
             state["stopping"] = True  # a SIGTERM now must not interrupt the stopping
         pipeline.stop()
+    if interrupted:
+        return EXIT_INTERRUPTED
     return 0 if ok else 1
 
 

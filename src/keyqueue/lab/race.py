@@ -12,6 +12,7 @@ thread under the GIL, and even the control would report (nearly) zero.
 from __future__ import annotations
 
 import argparse
+import math
 import queue as stdlib_queue
 import threading
 import time
@@ -21,7 +22,10 @@ from typing import Any, Literal
 
 from keyqueue.errors import ShutDown
 from keyqueue.lab.common import (
+    EXIT_INTERRUPTED,
+    MAX_THREADS,
     add_json_argument,
+    check_size,
     format_count,
     format_duration,
     human_stream,
@@ -30,7 +34,11 @@ from keyqueue.lab.common import (
 )
 from keyqueue.threaded import Queue
 
-__all__ = ["QueueKind", "RaceResult", "SameKeyDetector", "add_arguments", "run", "run_race"]
+__all__ = ["QueueKind", "RaceProgress", "RaceResult", "SameKeyDetector", "add_arguments", "check_race", "run",
+           "run_race"]
+
+MAX_KEYS = 1_000_000
+MAX_ADDS = 1_000_000_000
 
 QueueKind = Literal["keyqueue", "control"]
 
@@ -78,6 +86,17 @@ class SameKeyDetector:
 
 
 @dataclass(frozen=True, slots=True)
+class RaceProgress:
+    """How far a running race has come (passed to ``run_race``'s ``on_progress``)."""
+
+    elapsed_s: float
+    adds: int  #: add calls made so far (counted in steps of the producers' yield interval)
+    adds_total: int  #: add calls the run will make
+    reconciles: int
+    violations: int
+
+
+@dataclass(frozen=True, slots=True)
 class RaceResult:
     """What one race run measured."""
 
@@ -93,6 +112,7 @@ class RaceResult:
     max_in_flight: int  #: the most distinct keys held by workers at one moment
     violations: int  #: a worker started a key another worker was holding
     elapsed_s: float  #: from the start signal until every worker stopped
+    interrupted: bool = False  #: Ctrl-C stopped the producers early; ``adds`` counts the adds really made
 
     @property
     def control(self) -> bool:
@@ -100,8 +120,8 @@ class RaceResult:
 
     @property
     def collapse(self) -> float:
-        """adds / reconciles: how many adds one reconcile absorbed on average."""
-        return self.adds / self.reconciles if self.reconciles else float("inf")
+        """adds / reconciles: how many adds one reconcile absorbed on average (NaN when nothing was reconciled)."""
+        return self.adds / self.reconciles if self.reconciles else math.nan
 
     @property
     def as_expected(self) -> bool:
@@ -115,6 +135,17 @@ class RaceResult:
         return data
 
 
+def check_race(*, workers: int, keys: int, producers: int, adds: int, hold: float, yield_every: int) -> None:
+    """Raise ``ValueError`` naming the first of :func:`run_race`'s sizes that is out of range."""
+    check_size("workers", workers, 1, MAX_THREADS)
+    check_size("producers", producers, 1, MAX_THREADS)
+    check_size("keys", keys, 1, MAX_KEYS)
+    check_size("adds", adds, 0, MAX_ADDS)
+    check_size("yield_every", yield_every, 0, MAX_ADDS)
+    if not hold >= 0:
+        raise ValueError(f"hold must be >= 0 seconds, got {hold!r}")
+
+
 def run_race(
     queue_kind: QueueKind = "keyqueue",
     *,
@@ -125,6 +156,8 @@ def run_race(
     hold: float = 20e-6,
     yield_every: int = 16,
     timeout: float = 300.0,
+    on_progress: Callable[[RaceProgress], None] | None = None,
+    progress_every: float = 1.0,
 ) -> RaceResult:
     """Run the harness once over ``queue_kind`` and return what it measured. Blocks until the run ends.
 
@@ -134,24 +167,24 @@ def run_race(
     the producers (the remainder goes to the first ones); each producer walks the keys round-robin from its own
     offset, and lets other threads run (``time.sleep(0)``) after every ``yield_every`` adds (0: never) — without
     that, under the GIL, eight tight producer loops finish before the workers get going and the run measures
-    little concurrency. Raises ``ValueError`` for non-positive sizes or a negative hold, ``TimeoutError`` if the
-    run does not end within ``timeout`` seconds.
+    little concurrency. ``on_progress`` is called from the calling thread every ``progress_every`` seconds
+    while the producers run. Ctrl-C (``KeyboardInterrupt`` in the calling thread) stops the producers at their
+    next yield point (or within 1,024 adds), lets the workers finish what is queued and returns the result with
+    ``interrupted=True``. Raises ``ValueError`` for sizes out of range (threads at most
+    :data:`~keyqueue.lab.common.MAX_THREADS`) or a negative hold, ``TimeoutError`` if the run does not end
+    within ``timeout`` seconds.
     """
     if queue_kind not in ("keyqueue", "control"):
         raise ValueError(f"queue_kind must be 'keyqueue' or 'control', got {queue_kind!r}")
-    for label, value in (("workers", workers), ("keys", keys), ("producers", producers)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
-    if not isinstance(adds, int) or adds < 0:
-        raise ValueError(f"adds must be an int >= 0, got {adds!r}")
-    if not isinstance(yield_every, int) or yield_every < 0:
-        raise ValueError(f"yield_every must be an int >= 0, got {yield_every!r}")
-    if not hold >= 0:
-        raise ValueError(f"hold must be >= 0 seconds, got {hold!r}")
+    check_race(workers=workers, keys=keys, producers=producers, adds=adds, hold=hold, yield_every=yield_every)
+    if not progress_every > 0:
+        raise ValueError(f"progress_every must be > 0 seconds, got {progress_every!r}")
 
     names = [f"default/obj-{i}" for i in range(keys)]
     detector = SameKeyDetector()
     reconciles = [0] * workers
+    made = [0] * producers  # adds made so far per producer, updated at each yield point
+    stop = threading.Event()  # Ctrl-C: producers stop early
     start_gate = threading.Barrier(workers + producers + 1)
     sleep = time.sleep
 
@@ -174,8 +207,8 @@ def run_race(
                 sleep(hold)
                 detector.finish(key)  # before done(): after done() another worker may rightly take the key
                 count += 1
+                reconciles[wid] = count
                 done(key)
-            reconciles[wid] = count
     else:
         cq: stdlib_queue.Queue[str | None] = stdlib_queue.Queue()
         add = cq.put
@@ -193,20 +226,23 @@ def run_race(
                 sleep(hold)
                 detector.finish(key)
                 count += 1
-            reconciles[wid] = count
+                reconciles[wid] = count
 
     def produce(pid: int) -> None:
         share = adds // producers + (1 if pid < adds % producers else 0)
         offset = pid * keys // producers
         start_gate.wait()
-        if not yield_every:
-            for i in range(share):
-                add(names[(offset + i) % keys])
-            return
+        every = yield_every or 1024
+        is_stopped = stop.is_set
         for i in range(share):
             add(names[(offset + i) % keys])
-            if i % yield_every == yield_every - 1:
-                sleep(0)  # release the GIL so that workers run while producers produce
+            if i % every == every - 1:
+                made[pid] = i + 1
+                if is_stopped():
+                    return
+                if yield_every:
+                    sleep(0)  # release the GIL so that workers run while producers produce
+        made[pid] = share
 
     worker_threads = [threading.Thread(target=work, args=(w,), name=f"race-worker-{w}", daemon=True)
                       for w in range(workers)]
@@ -217,12 +253,32 @@ def run_race(
     deadline = time.monotonic() + timeout
     start_gate.wait(timeout)
     started = time.perf_counter()
-    for t in producer_threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    interrupted = False
+    try:
+        next_progress = started + progress_every
+        for t in producer_threads:
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(max(0.0, min(deadline - time.monotonic(), next_progress - time.perf_counter())))
+                if time.perf_counter() < next_progress:
+                    continue
+                next_progress += progress_every
+                if on_progress is not None:
+                    on_progress(RaceProgress(time.perf_counter() - started, sum(made), adds, sum(reconciles),
+                                             detector.violations))
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        for t in producer_threads:
+            t.join(max(0.0, deadline - time.monotonic()))
     if any(t.is_alive() for t in producer_threads):
         raise TimeoutError(f"race: producers did not finish within {timeout} s")
     if queue_kind == "keyqueue":
-        if not kq.shut_down_with_drain(max(0.0, deadline - time.monotonic())):
+        try:
+            drained = kq.shut_down_with_drain(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:  # a second Ctrl-C: drop what is still queued
+            interrupted, drained = True, True
+            kq.shut_down()
+        if not drained:
             kq.shut_down()
             raise TimeoutError(f"race: the queue did not drain within {timeout} s")
     else:
@@ -239,13 +295,14 @@ def run_race(
         workers=workers,
         keys=keys,
         producers=producers,
-        adds=adds,
+        adds=sum(made),
         hold_s=hold,
         yield_every=yield_every,
         reconciles=sum(reconciles),
         max_in_flight=detector.max_in_flight,
         violations=detector.violations,
         elapsed_s=elapsed,
+        interrupted=interrupted,
     )
 
 
@@ -258,7 +315,7 @@ def format_result(r: RaceResult) -> str:
         ("distinct keys", f"{r.keys}"),
         (f"adds from {r.producers} producers", format_count(r.adds)),
         ("reconciles executed", format_count(r.reconciles)),
-        ("collapse ratio", f"{r.collapse:.1f}× (adds per reconcile)"),
+        ("collapse ratio", f"{r.collapse:.1f}× (adds per reconcile)" if r.reconciles else "- (no reconcile)"),
         ("max distinct keys in flight", f"{r.max_in_flight} (workers={r.workers})"),
         ("same-key violations", f"{format_count(r.violations)}   ← {mark}"),
         ("hold per reconcile", f"{format_duration(r.hold_s)} (time.sleep: releases the GIL)"),
@@ -279,6 +336,8 @@ def format_result(r: RaceResult) -> str:
             if r.control
             else "NOT as expected: a key was handed to a second worker while the first still held it"
         )
+    if r.interrupted:
+        verdict = "interrupted: " + verdict.replace("as expected: ", "so far ", 1)
     lines.append(verdict)
     return "\n".join(lines)
 
@@ -293,14 +352,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yield-every", type=int, default=16, metavar="N",
                         help="producers release the GIL (sleep(0)) every N adds so workers run meanwhile; "
                              "0 = never (default 16)")
+    parser.add_argument("--progress-every", type=parse_duration, default=1.0, metavar="DURATION",
+                        help="print how far the run has come this often (default 1s)")
     parser.add_argument("--control", action="store_true",
                         help="run the identical harness over stdlib queue.Queue; it must report violations")
     add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit status 0 when the expected outcome held (0 violations; > 0 with --control), else 1."""
+    """Exit status 0 when the expected outcome held (0 violations; > 0 with --control), else 1; 2 for bad options;
+    130 when Ctrl-C cut the run short (after the result of the adds made so far)."""
     out = human_stream(args)
+
+    def progress(p: RaceProgress) -> None:
+        print(f"race: {format_duration(p.elapsed_s)}: {format_count(p.adds)} of {format_count(p.adds_total)} adds, "
+              f"{format_count(p.reconciles)} reconciles, {format_count(p.violations)} violations so far",
+              file=out, flush=True)
+
+    try:
+        check_race(workers=args.workers, keys=args.keys, producers=args.producers, adds=args.adds, hold=args.hold,
+                   yield_every=args.yield_every)
+    except ValueError as exc:
+        print(f"race: {exc}", file=out)
+        return 2
+    what = "queue.Queue (the control)" if args.control else "keyqueue.Queue"
+    print(f"race: {format_count(args.adds)} adds from {args.producers} producers onto {args.keys} keys, "
+          f"{args.workers} workers, on {what}; progress every {format_duration(args.progress_every)}",
+          file=out, flush=True)
     try:
         result = run_race(
             "control" if args.control else "keyqueue",
@@ -310,10 +388,14 @@ def run(args: argparse.Namespace) -> int:
             adds=args.adds,
             hold=args.hold,
             yield_every=args.yield_every,
+            on_progress=progress,
+            progress_every=args.progress_every,
         )
     except ValueError as exc:
         print(f"race: {exc}", file=out)
         return 2
     print(format_result(result), file=out, flush=True)
     write_json(args.json, result.summary())
+    if result.interrupted:
+        return EXIT_INTERRUPTED
     return 0 if result.as_expected else 1
