@@ -34,6 +34,7 @@ __all__ = [
     "DecisionCounts",
     "MetricsRecorder",
     "QueueCore",
+    "QueueSnapshot",
     "QueueStats",
     "check_delay",
     "check_hashable",
@@ -418,3 +419,25 @@ class CountingCore(QueueCore[T]):
 
     def stats(self) -> QueueStats:
         return self._counts.snapshot()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """The sizes of a queue's structures at one instant (``snapshot()`` of either shell, taken under its lock).
+
+    ``dirty``: keys that need work (waiting in the FIFO, or re-added while a worker holds them); ``fifo``: keys
+    waiting to be handed out (client-go's ``queue`` slice; ``len(q)`` without firing due entries); ``processing``:
+    keys handed out and not yet done; ``delayed``: keys with a pending ``add_after``/``add_rate_limited`` entry not
+    yet due. ``held_dirty`` (= ``dirty - fifo``) counts keys that ``done()`` will put back in the FIFO.
+    """
+
+    dirty: int
+    fifo: int
+    processing: int
+    delayed: int
+    shutting_down: bool = False
+
+    @property
+    def held_dirty(self) -> int:
+        """Keys being processed that were added again meanwhile: each is redelivered once at its ``done()``."""
+        return self.dirty - self.fifo

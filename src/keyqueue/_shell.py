@@ -19,6 +19,7 @@ from keyqueue._core import (
     AddResult,
     CountingCore,
     QueueCore,
+    QueueSnapshot,
     QueueStats,
     check_delay,
     check_hashable,
@@ -184,6 +185,21 @@ class ShellBase(Generic[T]):
             f"processing={len(core.processing)} delayed={core.delayed_count} "
             f"shutting_down={core.shutting_down}>"
         )
+
+    def snapshot(self) -> QueueSnapshot:
+        """The sizes of the dirty set, the FIFO, the processing set and the delayed entries, read together under
+        the queue's lock (a consistent instant; O(1): four ``len`` calls, nothing copied, nothing fired or
+        changed, no clock read). Never blocks beyond the lock; callable from any thread, also after shutdown.
+        Informational: the queue may change right after. A priority queue has no separate dirty set: there
+        ``dirty`` and ``fifo`` both count its ready keys (including keys re-added while being processed).
+        """
+        with self._lock:
+            core = self._core
+            if isinstance(core, QueueCore):
+                return QueueSnapshot(len(core.dirty), len(core.fifo), len(core.processing), core.delayed_count,
+                                     core.shutting_down)
+            ready = core.ready_count  # the priority core (keyqueue.priority swaps it in)
+            return QueueSnapshot(ready, ready, len(core.processing), core.delayed_count, core.shutting_down)
 
 
 class DelayedAdds(ShellBase[T]):

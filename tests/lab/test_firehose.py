@@ -63,7 +63,9 @@ def _trio_with_next_seq(lines: list[str]) -> bool:
 
 
 def test_slow_motion_shows_requeue_dedup_redelivery(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
-    status, s = lab("run", "--slow-motion", "--duration", "1s", "--fail", "0", "--plain")
+    # Faster than the watchable default (2 adds/s, 2.5 s hold) to keep the test short; the same scene.
+    status, s = lab("run", "--slow-motion", "--rate", "12", "--hold", "400ms", "--duration", "1.2s", "--fail", "0",
+                    "--plain")
     out = capsys.readouterr().out
     assert status == 0
     assert s["slow_motion"] is True and s["slow_key"] == "default/obj-0"
@@ -113,7 +115,8 @@ def test_event_log_formats_a_cycle_in_emission_order() -> None:
     log.start()
     k = "default/obj-0"
     for event in [("get", k, 1, 68), ("add", k, AddResult.MARKED), ("add", k, AddResult.DEDUP),
-                  ("rl", k, 1, 3, 0.02, 0.02), ("done", k, 1, 68, False, True, 0), ("get", k, 2, 69),
+                  ("rl", k, 1, 3, 0.02, " = max(per-key 20ms, bucket(10/s) 0s)"), ("done", k, 1, 68, False, True, 0),
+                  ("get", k, 2, 69),
                   ("done", k, 2, 69, True, False, 3)]:
         log.emit(event)
     log.close()
@@ -125,7 +128,7 @@ def test_event_log_formats_a_cycle_in_emission_order() -> None:
         "once more",
         "[ENQUEUE] key=default/obj-0 (generator)",
         "[DEDUP] key=default/obj-0 already marked for redelivery — the add is a no-op",
-        "[RATELIMIT] key=default/obj-0 attempt=3 backoff=20ms",
+        "[RATELIMIT] key=default/obj-0 attempt=3 backoff=20ms = max(per-key 20ms, bucket(10/s) 0s)",
         "[WORKER-1] key=default/obj-0 Done seq=68 result=ERR → AddRateLimited",
         "[REDELIVERY] key=default/obj-0 was added while WORKER-1 held it → done() put it back in the FIFO (once)",
         "[WORKER-2] key=default/obj-0 Get seq=69",

@@ -49,9 +49,9 @@ def test_the_first_command_is_the_one_this_checks() -> None:
 
 
 def test_every_subcommand_the_readme_lists_exists_and_loads() -> None:
-    listed = set(re.findall(r"`(?:keyqueue-lab )?(run|dedup|race|backoff|drain|pipeline|load|apiserver)\b",
+    listed = set(re.findall(r"`(?:keyqueue-lab )?(run|dedup|race|backoff|drain|pipeline|load|apiserver|explain)\b",
                             README))
-    assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver"} <= listed
+    assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver", "explain"} <= listed
     for name in listed:
         COMMANDS[name].load()  # raises CommandUnavailable if something the lab extra brings is missing
 

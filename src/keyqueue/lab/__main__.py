@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     except CommandUnavailable as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog=f"{_PROG} {name}", description=command.summary)
+    parser = argparse.ArgumentParser(
+        prog=f"{_PROG} {name}", description=command.summary,
+        epilog=None if name == "explain" else f"What the counters mean and how they map to Prometheus series: "
+        f"'{_PROG} explain [TERM]'. Ctrl-C ends a run early: its summary so far, then exit status 130.",
+    )
     loaded.add_arguments(parser)
     try:
         namespace = parser.parse_args(rest)

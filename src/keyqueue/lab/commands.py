@@ -95,6 +95,8 @@ for _command in (
     ),
     Command("pipeline", "keyqueue.lab.pipeline", "API write → watch → informer → queue → worker, timed per stage"),
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
+    Command("explain", "keyqueue.lab.explain", "what every counter the lab prints means, and its Prometheus "
+            "series"),
 ):
     register(_command)
 

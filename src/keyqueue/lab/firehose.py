@@ -19,17 +19,20 @@ runs at a walking pace, holds ``default/obj-0`` for 300 ms each time and prints 
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import queue as stdlib_queue
 import random
+import shutil
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TextIO
 
-from keyqueue._core import AddResult, QueueStats
+from keyqueue._core import AddResult, QueueSnapshot, QueueStats
 from keyqueue.errors import ShutDown
 from keyqueue.lab.common import (
     EXIT_INTERRUPTED,
@@ -43,8 +46,15 @@ from keyqueue.lab.common import (
     parse_duration,
     write_json,
 )
+from keyqueue.lab.funnel import FunnelRates, funnel_line, funnel_text
 from keyqueue.lab.race import SameKeyDetector
-from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.ratelimit import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    RateLimiter,
+    default_controller_rate_limiter,
+)
 from keyqueue.threaded import RateLimitingQueue
 
 __all__ = [
@@ -118,9 +128,11 @@ class FirehoseConfig:
 
 
 def slow_motion_config(**overrides: Any) -> FirehoseConfig:
-    """The ``--slow-motion`` settings: 20 adds/s over 2 keys, 2 workers, obj-0 held 300 ms, every event logged."""
-    settings: dict[str, Any] = dict(rate=20.0, keys=2, workers=2, duration=5.0, slow_key="default/obj-0",
-                                    slow_hold=0.3, log="all", slow_motion=True)
+    """The ``--slow-motion`` settings: 2 adds/s over 2 keys for 10 s, 2 workers, ``default/obj-0`` held 2.5 s
+    (so 2–3 adds arrive while it is held), every event logged, ``[STATS]`` every 2.5 s: about 6 lines a second,
+    slow enough to read as they come."""
+    settings: dict[str, Any] = dict(rate=2.0, keys=2, workers=2, duration=10.0, slow_key="default/obj-0",
+                                    slow_hold=2.5, log="all", slow_motion=True, stats_every=2.5)
     settings.update(overrides)
     return FirehoseConfig(**settings)
 
@@ -134,12 +146,19 @@ class Sample:
     stats: QueueStats
     queue_len: int
     rate_limited: int
+    funnel: QueueSnapshot | None = None  #: the sizes of the queue's structures (``q.snapshot()``)
 
     def as_dict(self) -> dict[str, Any]:
-        s = self.stats
+        s, f = self.stats, self.funnel
+        sizes = {} if f is None else {"dirty": f.dirty, "fifo": f.fifo, "processing": f.processing,
+                                      "delayed": f.delayed}
         return {"t": self.t, "enqueued": self.enqueued, "adds_total": s.adds, "dedup_noop": s.deduplicated,
                 "rwp_marked": s.marked, "processed": s.dones, "queue_len": self.queue_len,
-                "rate_limited": self.rate_limited}
+                "rate_limited": self.rate_limited, **sizes}
+
+    def rates_since(self, earlier: Sample) -> FunnelRates:
+        """The funnel's rates between ``earlier`` and this sample."""
+        return FunnelRates.between(earlier.t, earlier.enqueued, earlier.stats, self.t, self.enqueued, self.stats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,20 +223,39 @@ class FirehoseResult:
 class _RecordingLimiter(RateLimiter[Hashable]):
     """Wraps the queue's limiter and remembers the last delay it gave each key, so the log can print it.
 
-    The queue still asks the wrapped limiter (``add_rate_limited`` → ``when``); nothing is recomputed.
+    For a :class:`~keyqueue.ratelimit.MaxOfRateLimiter` (the default controller limiter) it asks each part
+    itself, exactly as the max-of limiter does (every part's ``when``, in order; the delay is the largest), and
+    remembers every part's answer: the per-key exponential one and the shared bucket's. Nothing is recomputed.
     """
 
     def __init__(self, inner: RateLimiter[Hashable]) -> None:
         self.inner = inner
         self.last: dict[Hashable, float] = {}
-        exp = next((c for c in getattr(inner, "limiters", ()) if hasattr(c, "base_delay")), None)
+        self.parts: tuple[RateLimiter[Hashable], ...] = (
+            inner.limiters if isinstance(inner, MaxOfRateLimiter) else ())
+        self.part_names = tuple(_part_name(part) for part in self.parts)
+        self.last_parts: dict[Hashable, tuple[float, ...]] = {}
+        exp = next((c for c in self.parts if isinstance(c, ItemExponentialFailureRateLimiter)), None)
         self.base_delay: float | None = getattr(exp, "base_delay", None)
         self.max_delay: float | None = getattr(exp, "max_delay", None)
 
     def when(self, item: Hashable) -> float:
-        delay = self.inner.when(item)
+        if self.parts:
+            answers = tuple(part.when(item) for part in self.parts)
+            self.last_parts[item] = answers
+            delay = max(answers)
+        else:
+            delay = self.inner.when(item)
         self.last[item] = delay
         return delay
+
+    def explain(self, item: Hashable) -> str:
+        """``" = max(per-key 5ms, bucket 59.84s)"`` for the last delay of ``item`` (empty if not known)."""
+        answers = self.last_parts.get(item)
+        if not answers or len(answers) < 2:
+            return ""
+        return " = max(" + ", ".join(f"{name} {format_duration(d)}" for name, d in zip(self.part_names, answers,
+                                                                                    strict=True)) + ")"
 
     def forget(self, item: Hashable) -> None:
         self.inner.forget(item)
@@ -225,11 +263,14 @@ class _RecordingLimiter(RateLimiter[Hashable]):
     def num_requeues(self, item: Hashable) -> int:
         return self.inner.num_requeues(item)
 
-    def per_key_delay(self, attempt: int) -> float | None:
-        """What the per-key exponential part alone gives the ``attempt``-th failure."""
-        if self.base_delay is None or self.max_delay is None:
-            return None
-        return float(min(self.base_delay * 2.0 ** min(attempt - 1, 1024), self.max_delay))
+
+
+def _part_name(limiter: RateLimiter[Hashable]) -> str:
+    if isinstance(limiter, ItemExponentialFailureRateLimiter):
+        return "per-key"
+    if isinstance(limiter, BucketRateLimiter):
+        return f"bucket({limiter.qps:g}/s)"
+    return type(limiter).__name__
 
 
 # -- the event log ------------------------------------------------------------------------------------------
@@ -244,7 +285,8 @@ class EventLog:
 
     * ``("add", key, AddResult)`` — a generator add and what the queue did with it
     * ``("get", key, worker, seq)`` — a worker took ``key``; ``seq`` counts hand-outs of that key
-    * ``("rl", key, worker, attempt, delay, per_key_delay)`` — a failed reconcile went to ``add_rate_limited``
+    * ``("rl", key, worker, attempt, delay, parts)`` — a failed reconcile went to ``add_rate_limited``; ``parts``
+      says what each part of the limiter answered (``" = max(per-key 5ms, bucket(10/s) 59.84s)"``, or empty)
     * ``("done", key, worker, seq, ok, redelivered, failures_forgotten)``
     * ``("line", text)`` — a ready line ([STATS] and the like)
 
@@ -388,11 +430,8 @@ class EventLog:
             self._flush_folded(key, out)
         if kind == "rl":
             if shown:
-                _, _, wid, attempt, delay, per_key = event
-                note = ""
-                if per_key is not None and delay > per_key * 1.000001 + 1e-9:
-                    note = f" (the shared bucket's wait; per-key backoff alone: {format_duration(per_key)})"
-                out.append(f"[RATELIMIT] key={key} attempt={attempt} backoff={format_duration(delay)}{note}")
+                _, _, wid, attempt, delay, parts = event
+                out.append(f"[RATELIMIT] key={key} attempt={attempt} backoff={format_duration(delay)}{parts}")
         elif kind == "done":
             _, _, wid, seq, ok, redelivered, forgotten = event
             self._phase[key] = "waiting" if redelivered else "absent"
@@ -455,7 +494,7 @@ class _Firehose:
 
     def sample(self) -> Sample:
         return Sample(time.monotonic() - self.started, self.enqueued, self.q.stats(), len(self.q),
-                      sum(self.failures))
+                      sum(self.failures), self.q.snapshot())
 
     def generate(self) -> None:
         c, add, keys, followed = self.c, self.q.add, self.keys, self.followed
@@ -538,7 +577,7 @@ class _Firehose:
                 failures[index] += 1
                 if logged:
                     attempt = q.num_requeues(key)
-                    emit(("rl", key, wid, attempt, limiter.last.get(key, 0.0), limiter.per_key_delay(attempt)))
+                    emit(("rl", key, wid, attempt, limiter.last.get(key, 0.0), limiter.explain(key)))
             detector.finish(key)
             if logged:
                 with lock:
@@ -550,6 +589,7 @@ class _Firehose:
     def monitor(self, on_sample: Callable[[Sample], None] | None) -> None:
         c = self.c
         next_stats = c.stats_every
+        previous = Sample(0.0, 0, QueueStats(), 0, 0)
         while not self.generator_done.wait(c.sample_every - (time.monotonic() - self.started) % c.sample_every):
             sample = self.sample()
             self.timeline.append(sample)
@@ -557,6 +597,9 @@ class _Firehose:
                 on_sample(sample)
             if sample.t + 1e-3 >= next_stats:
                 self.log.line(stats_line(sample, f"t={sample.t:.0f}s"))
+                assert sample.funnel is not None
+                self.log.line(funnel_line(sample.funnel, sample.rates_since(previous)))
+                previous = sample
                 next_stats += c.stats_every
 
     def run(self, on_sample: Callable[[Sample], None] | None = None) -> FirehoseResult:
@@ -683,12 +726,21 @@ def format_summary(r: FirehoseResult) -> str:
 
 
 class _Plain:
-    """Writes lines to a text stream (no live view)."""
+    """Writes lines to a text stream (no live view). On a terminal, lines longer than its width are wrapped at
+    word boundaries (continuations indented), so that the terminal never breaks a word; elsewhere (a file, a
+    pipe) every line stays whole."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self.width = shutil.get_terminal_size().columns if stream.isatty() else 0
 
     def write(self, text: str) -> None:
+        if self.width > 20:
+            text = "\n".join(
+                textwrap.fill(line, self.width - 1, subsequent_indent="    ", break_long_words=False,
+                              break_on_hyphens=False) if len(line) >= self.width else line
+                for line in text.split("\n")
+            )
         self.stream.write(text + "\n")
         self.stream.flush()
 
@@ -703,6 +755,7 @@ def _live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[s
 
     console = Console(file=stream)
     latest: list[Sample] = []
+    history: collections.deque[Sample] = collections.deque()
 
     def render() -> Any:
         sample = latest[-1] if latest else None
@@ -715,6 +768,9 @@ def _live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[s
             return bar
         s = sample.stats
         absorbed = (s.deduplicated + s.marked) / s.adds if s.adds else 0.0
+        earlier = next((h for h in history if sample.t - h.t <= 1.0 + 1e-6), history[0]) if history else sample
+        funnel = Text(funnel_text(sample.funnel, sample.rates_since(earlier), workers=config.workers)
+                      if sample.funnel is not None else "")
         grid = Table.grid(padding=(0, 2))
         for _ in range(4):
             grid.add_column(justify="right")
@@ -723,14 +779,17 @@ def _live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[s
         grid.add_row("rwp-marked", format_count(s.marked), "processed", format_count(s.dones))
         grid.add_row("rate-limited", format_count(sample.rate_limited), "adds-absorbed", format_percent(absorbed, 2))
         grid.add_row("queue.Len", str(sample.queue_len), "redelivered", format_count(s.redelivered))
-        return Group(bar, grid)
+        return Group(bar, Text("the funnel, over the last second:", style="bold"), funnel, grid)
 
     live = Live(get_renderable=render, console=console, refresh_per_second=4, transient=False)
 
     def write(text: str) -> None:
-        console.print(Text(text), soft_wrap=True)
+        console.print(Text(text))  # wrapped at word boundaries to the terminal's width
 
     def on_sample(sample: Sample) -> None:
+        history.append(sample)
+        while len(history) > 2 and sample.t - history[0].t > 1.5:
+            history.popleft()
         latest[:] = [sample]
 
     return live, write, on_sample
@@ -742,7 +801,7 @@ def _live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[s
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = FirehoseConfig()
     parser.add_argument("--rate", type=float, default=None,
-                        help=f"generator adds per second (default {d.rate:.0f}; slow motion 20)")
+                        help=f"generator adds per second (default {d.rate:.0f}; slow motion 2)")
     parser.add_argument("--keys", type=int, default=None, help=f"distinct keys (default {d.keys}; slow motion 2)")
     parser.add_argument("--workers", type=int, default=None,
                         help=f"worker threads (default {d.workers}; slow motion 2)")
@@ -751,11 +810,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail", type=float, default=None,
                         help=f"probability that a reconcile fails (default {d.fail})")
     parser.add_argument("--duration", type=parse_duration, default=None,
-                        help="how long the generator runs (default 10s; slow motion 5s)")
+                        help="how long the generator runs (default 10s, also in slow motion)")
     parser.add_argument("--slow-motion", action="store_true",
-                        help="walking pace: 20 adds/s on 2 keys, default/obj-0 held 300ms, every event logged")
+                        help="walking pace: 2 adds/s on 2 keys for 10s, default/obj-0 held 2.5s, every event "
+                             "logged (about 6 lines/s)")
     parser.add_argument("--hold", type=parse_duration, default=None,
-                        help="slow motion: how long default/obj-0 is held (default 300ms)")
+                        help="slow motion: how long default/obj-0 is held (default 2.5s)")
     parser.add_argument("--follow", action="append", metavar="KEY", default=None,
                         help="trace this key in the log (repeatable; default default/obj-0 and default/obj-1)")
     parser.add_argument("--follow-every", type=parse_duration, default=1.0,

@@ -1,0 +1,48 @@
+"""Run the lab in a pseudo-terminal of a given size, as a user's terminal would (live view, wrapping)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+def run_in_pty(argv: list[str], *, columns: int = 80, rows: int = 40, timeout: float = 60.0) -> tuple[int, str]:
+    """``python -m keyqueue.lab ARGV`` with its stdin/stdout/stderr on a pty of ``columns`` × ``rows``; returns
+    (exit status, the output with terminal escape sequences and carriage returns removed). Reads until the
+    child closes the terminal (it exits), so no sleeping is involved; ``timeout`` bounds a silent child."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen([sys.executable, "-m", "keyqueue.lab", *argv], stdin=slave, stdout=slave, stderr=slave,
+                            env=env, close_fds=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        status = proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return status, _ESCAPE.sub("", b"".join(chunks).decode("utf-8", "replace"))
