@@ -19,7 +19,8 @@ IDS = [threaded.__name__ for threaded, _ in PAIRS]
 
 COROUTINES = {"get", "shut_down_with_drain"}
 # The list of plain methods (shutting_down is a property in both shells), plus the other public ones.
-PLAIN = {"add", "done", "add_after", "add_rate_limited", "forget", "num_requeues", "shut_down", "lease", "stats"}
+PLAIN = {"add", "done", "add_after", "add_rate_limited", "forget", "num_requeues", "shut_down", "lease", "stats",
+         "snapshot"}
 # The one deliberate difference: iteration is `for key in q` in one shell and `async for key in q` in the other.
 ITERATION = {"threaded": "__iter__", "asyncio": "__aiter__"}
 
