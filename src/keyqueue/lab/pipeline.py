@@ -330,6 +330,8 @@ class Pipeline:
         self._saved_switch_interval: float | None = None
         self._reconcile_hook = reconcile
         self.out = out if out is not None else sys.stdout
+        self.line_sink: Callable[[str], None] | None = None
+        """Where log lines go instead of :attr:`out` while set (a live view prints them above itself)."""
         self._out_lock = threading.Lock()
         self._lock = threading.Lock()  # all bookkeeping below
         self._cond = threading.Condition(self._lock)  # notified after every reconcile
@@ -569,7 +571,11 @@ class Pipeline:
 
     def _print(self, line: str) -> None:
         with self._out_lock:
-            print(line, file=self.out, flush=True)
+            sink = self.line_sink
+            if sink is not None:
+                sink(line)
+            else:
+                print(line, file=self.out, flush=True)
 
     # -- trigger ---------------------------------------------------------------------------------------------
 
@@ -817,21 +823,21 @@ class Pipeline:
                 pids["etcd"] = self._apiserver.etcd.pid
         return pids
 
-    def stages(self) -> dict[str, StageStats]:
-        """Per-stage latency statistics so far."""
+    def stages(self, recent: int = 0) -> dict[str, StageStats]:
+        """Per-stage latency statistics so far; with ``recent > 0``, of each stage's last ``recent`` samples."""
         with self._lock:
             s = self._samples
-            return {
-                "api_write": StageStats.of(s.api),
-                "trigger_handler": StageStats.of(s.handler),
-                "write_to_informer": StageStats.of(s.write_to_event),
-                "watch_chunk_to_handler": StageStats.of(s.chunk_to_handler),
-                "queue_add": StageStats.of(s.add),
-                "enqueue_to_get": StageStats.of(s.enqueue_to_get),
-                "enqueue_to_get_idle": StageStats.of(s.enqueue_to_get_idle),
-                "queue_done": StageStats.of(self.queue.done_ns if self.queue is not None else []),
-                "reconcile": StageStats.of(s.reconcile),
-            }
+            done = self.queue.done_ns if self.queue is not None else []
+            lists = {"api_write": s.api, "trigger_handler": s.handler, "write_to_informer": s.write_to_event,
+                     "watch_chunk_to_handler": s.chunk_to_handler, "queue_add": s.add,
+                     "enqueue_to_get": s.enqueue_to_get, "enqueue_to_get_idle": s.enqueue_to_get_idle,
+                     "queue_done": done, "reconcile": s.reconcile}
+            return {name: StageStats.of(values[-recent:] if recent > 0 else values) for name, values in lists.items()}
+
+    def counters(self) -> tuple[int, int, int]:
+        """(triggers handled, informer events, reconciles) so far."""
+        with self._lock:
+            return self._triggers, self._events, self._reconciles
 
     def summary(self) -> dict[str, Any]:
         """Everything measured so far, JSON-ready."""
@@ -949,6 +955,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--switch-interval", type=parse_duration, default=None,
                         help="set the interpreter's GIL switch interval while running (default: leave it, 5ms); "
                              "a shorter one lets a thread woken by I/O take the GIL from CPU-bound threads sooner")
+    parser.add_argument("--plain", action="store_true",
+                        help="no live view, plain lines even on a terminal")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="start etcd with --unsafe-no-fsync (faster writes, not durable; with --apiserver thread)")
     add_json_argument(parser)
@@ -1016,22 +1024,30 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
         print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
               f"{cfg.workers} workers", file=out, flush=True)
         interrupted = False
+        view = None
+        if not getattr(args, "plain", False) and out.isatty():
+            from keyqueue.lab.pipeline_view import start_live_view
+
+            view = start_live_view(pipeline, out)
         try:
             if args.requests > 0:
                 if args.load_in_process:
                     load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
                 else:
                     load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
-                print(load.line(), file=out)
+                pipeline._print(load.line())  # above the live view, if there is one
             else:
-                print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
-                      flush=True)
+                pipeline._print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)")
                 # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
                 with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
                     while not received:
                         time.sleep(0.2)
         except KeyboardInterrupt:  # the built-in load was cut short: report what ran
             interrupted = True
+        finally:
+            if view is not None:
+                view.stop()
+        if interrupted:
             print("pipeline: interrupted; the report covers the triggers sent so far", file=out, flush=True)
         settled = pipeline.wait_reconciled(5.0 if interrupted else 30.0)
         print(pipeline.stats_line(), file=out)
