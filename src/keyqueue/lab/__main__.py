@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=f"{_PROG} {name}", description=command.summary,
         epilog=None if name == "explain" else f"What the counters mean and how they map to Prometheus series: "
-        f"'{_PROG} explain [TERM]'. Ctrl-C ends a run early: its summary so far, then exit status 130.",
+        f"'{_PROG} explain [TERM]'. Ctrl-C ends a run early with exit status 130, after the summary of what ran "
+        "where the command has one.",
     )
     loaded.add_arguments(parser)
     try:
