@@ -65,6 +65,7 @@ def test_plot_paths_are_checked_before_the_run(
      (["backoff", "--attempts", "0"], "--attempts must be within"),
      (["load", "--url", "http://127.0.0.1:1", "--concurrency", "100000"], "concurrency must be within"),
      (["pipeline", "--workers", "100000"], "--workers must be within"),
+     (["dedup", "--adds-a", "1000000000000"], "adds_a must be within"),
      (["run", "--follow", "default/obj-99", "--keys", "5"], "'default/obj-99' is never added by this run")],
 )
 def test_impossible_sizes_get_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

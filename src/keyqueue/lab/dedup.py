@@ -19,12 +19,13 @@ from typing import Any
 
 from keyqueue._core import AddResult, QueueStats
 from keyqueue.errors import ShutDown
-from keyqueue.lab.common import add_json_argument, format_count, human_stream, write_json
+from keyqueue.lab.common import add_json_argument, check_size, format_count, human_stream, write_json
 from keyqueue.threaded import Queue
 
 __all__ = ["DedupResult", "add_arguments", "run", "run_dedup"]
 
 KEY = "default/target"
+MAX_ADDS = 100_000_000  #: the most adds a part may ask for (about a minute of adds in one thread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +81,8 @@ def run_dedup(adds_a: int = 100_000, adds_b: int = 200, timeout: float = 10.0) -
     Raises ``TimeoutError`` if the worker of part B does not respond within ``timeout`` seconds (it always should)
     and ``ValueError`` for negative sizes.
     """
-    if adds_a < 0 or adds_b < 0:
-        raise ValueError(f"add counts must be >= 0, got {adds_a!r} and {adds_b!r}")
+    check_size("adds_a", adds_a, 0, MAX_ADDS)
+    check_size("adds_b", adds_b, 0, MAX_ADDS)
 
     # Part A: a waiting key, added over and over.
     qa: Queue[str] = Queue(stats=True)
