@@ -39,7 +39,6 @@ __all__ = [
     "age",
     "canonical",
     "decode_typed",
-    "format_micro_time",
     "format_time",
     "parse_time",
     "resource_for",
@@ -471,11 +470,6 @@ def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, 
 def format_time(ts: float) -> str:
     """RFC 3339 in UTC with second precision, like ``metav1.Time``."""
     return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_micro_time(ts: float) -> str:
-    """RFC 3339 in UTC with microsecond precision, like ``metav1.MicroTime``."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _RFC3339: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
