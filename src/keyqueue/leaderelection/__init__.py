@@ -124,6 +124,12 @@ class LeaderElector(ElectorBase):
                 self._running = False
                 self._cond.notify_all()
 
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` or :meth:`run` was called."""
+        with self._cond:
+            return self._thread is not None or self._running or self._stop_requested
+
     def start(self) -> threading.Thread:
         """Run :meth:`run` in a daemon thread and return it."""
         t = threading.Thread(target=self.run, name=f"leaderelection {self.identity}", daemon=True)

@@ -84,6 +84,11 @@ class LeaderElector(ElectorBase):
                 await asyncio.shield(asyncio.to_thread(self._release))
             self._running = False
 
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` or :meth:`run` was called."""
+        return self._task is not None or self._running or self._stop_requested
+
     def start(self) -> asyncio.Task[None]:
         """Create the task running :meth:`run` in the running loop and return it."""
         if self._task is not None:
