@@ -85,7 +85,8 @@ def _replica(args: argparse.Namespace) -> int:
     from keyqueue.leaderelection import LeaderElector
 
     conf = client.Configuration()
-    kube_config.load_kube_config(config_file=args.kubeconfig, client_configuration=conf)
+    load: Any = kube_config.load_kube_config
+    load(config_file=args.kubeconfig, client_configuration=conf)
     writer, watcher = client.ApiClient(conf), client.ApiClient(conf)
     elector = None
     if not args.control:
@@ -250,8 +251,8 @@ def run_failover(args: argparse.Namespace) -> FailoverResult:
 
     namespace, lease = f"failover-{uuid.uuid4().hex[:6]}", "failover-controller"
     with TestAPIServer(args.backend, unsafe_no_fsync=True) as server:
-        api_client = server.api_client()
-        api = client.CoreV1Api(api_client)
+        api_client: Any = server.api_client()
+        api: Any = client.CoreV1Api(api_client)
         api.create_namespace({"metadata": {"name": namespace}})
         replicas = _Replicas(args, str(server.kubeconfig_path), namespace, lease)
         killed: str | None = None
