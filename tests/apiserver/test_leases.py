@@ -72,8 +72,11 @@ def test_discovery_lists_the_group_and_its_resources(server: TestAPIServer) -> N
                                                          "kind": "Lease"}
 
 
-def test_crud_and_resource_version_preconditions(coord: Any, ns: str) -> None:
+def test_crud_and_resource_version_preconditions(server: TestAPIServer, coord: Any, ns: str) -> None:
     created = coord.create_namespaced_lease(ns, _lease("l1", acquireTime=MICRO, renewTime=MICRO, leaseTransitions=0))
+    kv, _ = server.backend.get(f"/registry/leases/{ns}/l1")  # kube-apiserver's key layout
+    assert kv is not None and str(kv.mod_revision) == created.metadata.resource_version
+    assert json.loads(kv.value)["spec"]["holderIdentity"] == "a"
     assert created.api_version == "coordination.k8s.io/v1" and created.kind == "Lease"
     assert created.spec.holder_identity == "a" and created.spec.lease_transitions == 0
     assert created.spec.renew_time.microsecond == 123456
