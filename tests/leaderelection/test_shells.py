@@ -134,3 +134,53 @@ def test_asyncio_acquire_release_handover(api_client: Any) -> None:
     assert [e[:2] for e in log.events] == [("a", "new:a"), ("a", "started"), ("a", "stopped"), ("b", "stopped")]
     assert _lease(api_client, name).spec.holder_identity == ""
     assert find_overlaps([]) == []
+
+
+def test_a_hung_server_costs_one_request_timeout_not_several(apiserver: TestAPIServer) -> None:
+    """urllib3 would retry an idempotent request that timed out; the elector's client must not (a leader's
+    step-down would be late by the retries). Counted by connections, not timed."""
+    import socket
+
+    from kubernetes import client as k8s
+
+    from keyqueue.leaderelection import LeaseAPIError, LeaseClient
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:  # accept and never answer
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    conf = k8s.Configuration()
+    conf.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    api_client = k8s.ApiClient(conf)
+    lease_client = LeaseClient(api_client, "l", "default")
+    try:
+        with pytest.raises(LeaseAPIError):
+            lease_client.get(0.2)
+        with pytest.raises(LeaseAPIError):
+            lease_client.update({"metadata": {"name": "l"}}, 0.2)
+        ours = len(accepted)
+        # control: the same call on the caller's own ApiClient (urllib3's default retries) connects again
+        with pytest.raises(Exception):  # noqa: B017 (urllib3's error after its retries)
+            k8s.CoordinationV1Api(api_client).read_namespaced_lease("l", "default", _request_timeout=0.2)
+    finally:
+        stop.set()
+        t.join(5)
+        lease_client.close()
+        api_client.close()
+        for s in accepted:
+            s.close()
+        listener.close()
+    assert ours == 2
+    assert len(accepted) - ours > 1

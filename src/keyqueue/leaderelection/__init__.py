@@ -120,6 +120,7 @@ class LeaderElector(ElectorBase):
             self._dispatch(self._step_down())
             if self.config.release_on_cancel:
                 self._release()
+            self._client.close()
             with self._cond:
                 self._running = False
                 self._cond.notify_all()

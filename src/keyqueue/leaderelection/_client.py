@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -24,7 +25,10 @@ class LeaseClient:
     """GET/POST/PUT of one Lease with ``CoordinationV1Api`` on ``api_client`` (a ``kubernetes.client.ApiClient``).
 
     Every call takes a ``timeout`` in seconds (the client's ``_request_timeout``) and raises
-    :class:`LeaseConflict` for 409, :class:`LeaseAPIError` for any other failure.
+    :class:`LeaseConflict` for 409, :class:`LeaseAPIError` for any other failure. The requests go through a
+    private ``ApiClient`` on a copy of ``api_client``'s configuration with urllib3's retries off: otherwise a
+    hung server could hold one call for several timeouts (urllib3 retries idempotent requests), and a leader's
+    step-down would come late. :meth:`close` closes that client.
     """
 
     def __init__(self, api_client: Any, name: str, namespace: str) -> None:
@@ -32,8 +36,18 @@ class LeaseClient:
 
         self.name = name
         self.namespace = namespace
-        self._api = client.CoordinationV1Api(api_client)
+        conf = copy.deepcopy(api_client.configuration)
+        conf.retries = False
+        self._client = client.ApiClient(conf)
+        self._client.default_headers.update(getattr(api_client, "default_headers", {}) or {})
+        self._api = client.CoordinationV1Api(self._client)
         self._api_exception: type[Exception] = client.ApiException
+
+    def close(self) -> None:
+        """Close the private ``ApiClient`` (its connections)."""
+        client = getattr(self, "_client", None)
+        if client is not None:
+            client.close()
 
     def _call(self, fn: Any, *args: Any, timeout: float) -> dict[str, Any]:
         try:

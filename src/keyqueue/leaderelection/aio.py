@@ -82,6 +82,7 @@ class LeaderElector(ElectorBase):
             self._dispatch(self._step_down())
             if self.config.release_on_cancel:
                 await asyncio.shield(asyncio.to_thread(self._release))
+            self._client.close()
             self._running = False
 
     @property
