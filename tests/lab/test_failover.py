@@ -29,8 +29,8 @@ def test_failover_loses_nothing_and_never_two_reconcile(lab: Callable[..., tuple
 def test_control_without_leader_election_fails_the_overlap_check(
     lab: Callable[..., tuple[int, dict[str, Any]]],
 ) -> None:
-    status, s = lab("failover", "--control", "--backend", "memory", "--duration", "1.5", "--kill-at", "0.5",
-                    "--rate", "80")
+    status, s = lab("failover", "--control", "--replicas", "2", "--backend", "memory", "--duration", "1.5",
+                    "--kill-at", "0.5", "--rate", "80")
     assert status == 1
     assert s["overlaps"] > 0 and not s["checks"]["never two replicas reconciling at once"]
     assert s["lost"] == 0

@@ -37,7 +37,7 @@ from keyqueue.leaderelection import Interval, find_overlaps
 
 __all__ = ["FailoverResult", "Term", "add_arguments", "run", "run_failover"]
 
-_WAIT = 20.0  # seconds: bound of every wait for a replica
+_WAIT = 60.0  # seconds: bound of every wait for a replica (starting 3 on a busy machine can take a while)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
