@@ -189,3 +189,41 @@ def test_leader_election_argument_types(apiserver: TestAPIServer) -> None:
             AioController(lambda k: None, leader_election=threaded)  # type: ignore[arg-type]
     finally:
         api_client.close()
+
+
+def test_asyncio_controller_pauses_through_an_outage(apiserver: TestAPIServer) -> None:
+    lease, seen = f"ctl-{uuid.uuid4().hex[:6]}", []
+    api_client = apiserver.api_client()
+
+    async def main() -> None:
+        progress, stopped = asyncio.Event(), asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            seen.append(key)
+            progress.set()
+
+        elector = le_aio.LeaderElector(api_client, name=lease, namespace="default", identity="aio",
+                                       lease_duration=LD, renew_deadline=RD, retry_period=RP,
+                                       on_stopped_leading=stopped.set)
+        c: AioController[str] = AioController(reconcile, leader_election=elector, stop_timeout=WAIT)
+        c.start()
+        c.queue.add("k1")
+        await asyncio.wait_for(progress.wait(), WAIT)
+        await asyncio.to_thread(apiserver.stop_server)
+        try:
+            await asyncio.wait_for(stopped.wait(), RD + 1.0)
+            progress.clear()
+            c.queue.add("k2")
+            with pytest.raises(TimeoutError):  # nobody reconciles while the Lease cannot be renewed
+                await asyncio.wait_for(progress.wait(), RD)
+            assert seen == ["k1"]
+        finally:
+            await asyncio.to_thread(apiserver.start_server)
+        await asyncio.wait_for(progress.wait(), WAIT)  # leads again: the key queued meanwhile is reconciled
+        assert await c.stop(WAIT)
+
+    try:
+        asyncio.run(main())
+    finally:
+        api_client.close()
+    assert seen == ["k1", "k2"]
