@@ -8,6 +8,7 @@ here the workers are tasks of one event loop and ``reconcile`` is usually a coro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import signal
 import threading
@@ -26,6 +27,8 @@ from keyqueue.errors import ShutDown
 if TYPE_CHECKING:
     import logging
 
+    from keyqueue.leaderelection.aio import LeaderElector
+
 __all__ = ["Controller"]
 
 T = TypeVar("T", bound=Hashable)
@@ -41,6 +44,10 @@ class Controller(ControllerBase[T]):
 
     :meth:`start` must be called in a running event loop; :meth:`stop`, :meth:`run` and ``async with`` are
     coroutines of that loop. Adding keys to :attr:`queue` works from any thread.
+
+    ``leader_election``: a :class:`keyqueue.leaderelection.aio.LeaderElector`; workers reconcile only while it
+    leads, with the rules of :mod:`keyqueue.controller`. A reconcile in flight when leadership is lost is finished
+    (awaited), not cancelled; only :meth:`stop`'s timeout cancels, as without leader election.
     """
 
     _priority_queue_class = PriorityQueue
@@ -60,6 +67,7 @@ class Controller(ControllerBase[T]):
         metrics_provider: Any = None,
         registry: Any = None,
         logger: logging.Logger | None = None,
+        leader_election: LeaderElector | None = None,
     ) -> None:
         super().__init__(
             reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
@@ -72,6 +80,18 @@ class Controller(ControllerBase[T]):
         self._dropping = False
         self._alive = 0
         self._wake: asyncio.Event | None = None
+        self._elector = leader_election
+        self._gate: asyncio.Event | None = None  # set when a term starts and when a stop is requested
+        if leader_election is not None:
+            from keyqueue.leaderelection import export_metrics
+            from keyqueue.leaderelection.aio import LeaderElector
+
+            if not isinstance(leader_election, LeaderElector):
+                raise TypeError(f"leader_election must be a keyqueue.leaderelection.aio.LeaderElector, got "
+                                f"{type(leader_election).__name__}: {leader_election!r:.80}")
+            leader_election.add_listener(self._open_gate, self._open_gate)
+            if registry is not None:
+                export_metrics(leader_election, registry)
 
     @property
     def queue(self) -> RateLimitingQueue[T]:
@@ -98,7 +118,10 @@ class Controller(ControllerBase[T]):
         if self.metrics is not None:
             self.metrics.started(self.workers)
         self._alive = self.workers
+        self._gate = asyncio.Event()
         self._tasks = [loop.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+        if self._elector is not None and not self._elector.started:
+            self._elector.start()
 
     async def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
@@ -111,16 +134,18 @@ class Controller(ControllerBase[T]):
         self._queue.shut_down()
         current = asyncio.current_task()
         tasks = [task for task in self._tasks if task is not current and not task.done()]
-        if not tasks:
-            return True
-        _, pending = await asyncio.wait(tasks, timeout=t)
-        if not pending:
-            return True
-        self._dropping = True
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return False
+        ok = True
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=t)
+            if pending:
+                ok = False
+                self._dropping = True
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self._elector is not None:
+            await self._elector.stop(t)
+        return ok
 
     async def run(self, *, handle_signals: bool = True) -> bool:
         """Start (unless started), wait until :meth:`stop` is requested, the queue is shut down and empty, or —
@@ -156,6 +181,25 @@ class Controller(ControllerBase[T]):
             self._dropping = True
         if self._wake is not None:
             self._wake.set()
+        self._open_gate()
+
+    def _open_gate(self) -> None:
+        if self._gate is not None:
+            self._gate.set()
+
+    async def _await_leading(self) -> bool:
+        """Wait until the elector leads (True) or a stop is requested while it does not (False)."""
+        elector, gate = self._elector, self._gate
+        assert elector is not None and gate is not None
+        while not elector.is_leader():
+            if self._stop_requested:
+                return False
+            gate.clear()
+            # Woken when a term starts; the timeout also covers a renewal that returned after the deadline had
+            # passed (leadership continues without a new start event).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gate.wait(), elector.config.retry_period)
+        return True
 
     async def __aenter__(self) -> Controller[T]:
         self.start()
@@ -175,8 +219,11 @@ class Controller(ControllerBase[T]):
         return await q.get(timeout), 0
 
     async def _worker(self) -> None:
+        elector = self._elector
         try:
             while not self._dropping:
+                if elector is not None and not await self._await_leading():
+                    return
                 try:
                     key, priority = await self._get()
                 except ShutDown:
@@ -184,6 +231,9 @@ class Controller(ControllerBase[T]):
                 if self._dropping:
                     self._queue.done(key)  # stopping without drain: the key is dropped
                     return
+                if elector is not None and not elector.is_leader():
+                    self._hand_back(key, priority)
+                    continue
                 await self._process(key, priority)
         finally:
             self._alive -= 1

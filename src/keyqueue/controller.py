@@ -27,13 +27,24 @@ stops handing keys to reconcile, lets the reconciles in flight finish (bounded b
 the backlog (default, as controller-runtime does with its priority queue) or, with ``drain=True``, reconciles every
 key still queued first (as controller-runtime does with the client-go queue). The queue is shut down by ``stop``.
 
+Leader election: with ``leader_election=LeaderElector(...)`` (:mod:`keyqueue.leaderelection`; its asyncio twin for
+:class:`keyqueue.aio.Controller`) the controller starts and stops the elector with itself, and its workers
+reconcile only while the elector leads, as controller-runtime's manager runs leader-elected runnables. The queue and
+whatever feeds it (informers) keep running in every replica, so a standby has a warm backlog. When leadership is
+lost (``is_leader()`` turns False at the renew deadline, before any other replica can take the Lease) no new
+reconcile starts: a worker that takes a key while not leading hands it back to the queue (``add`` then ``done``, at
+its priority) and waits for the next term. Reconciles already in flight are **finished**, not interrupted, as
+:meth:`Controller.stop` without drain treats them; nothing queued is dropped. When the elector leads again the
+workers resume. At stop the workers stop first, then the elector stops (and releases the Lease if it was built with
+``release_on_cancel``); ``drain=True`` drains only while leading.
+
 Metrics: give ``registry=`` (a ``prometheus_client.CollectorRegistry``) to export controller-runtime's controller
 metrics under its names, labelled ``controller``: ``controller_runtime_reconcile_total{result}``,
 ``controller_runtime_reconcile_errors_total``, ``controller_runtime_terminal_reconcile_errors_total``,
 ``controller_runtime_reconcile_panics_total``, ``controller_runtime_reconcile_time_seconds`` (its buckets),
 ``controller_runtime_active_workers`` and ``controller_runtime_max_concurrent_reconciles``; all start at 0 when the
-controller starts. Without a registry nothing is recorded. The queue's own metrics are the queue's business
-(``metrics_provider=``).
+controller starts; with ``leader_election`` also ``leader_election_master_status{name}`` (1 while leading). Without
+a registry nothing is recorded. The queue's own metrics are the queue's business (``metrics_provider=``).
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ from keyqueue.threaded import RateLimitingQueue
 
 if TYPE_CHECKING:
     import logging
+
+    from keyqueue.leaderelection import LeaderElector
 
 __all__ = [
     "RECONCILE_TIME_BUCKETS",
@@ -363,6 +376,14 @@ class ControllerBase(Generic[T]):
         self.metrics: ControllerMetrics | None = metrics_for(registry, name) if registry is not None else None
         self._priority = isinstance(self._queue, PriorityAdds)
 
+    def _hand_back(self, key: T, priority: int) -> None:
+        """A key taken while not leading goes back to the queue (at its priority) for the next term."""
+        if self._priority:
+            self._queue.add(key, priority=priority)
+        else:
+            self._queue.add(key)
+        self._queue.done(key)
+
     def _settle(self, key: T, priority: int, result: object, exc: BaseException | None, elapsed_ns: int) -> None:
         """Apply one reconcile's outcome to the queue (everything but ``done``) and record it. Never raises."""
         q = self._queue
@@ -422,6 +443,8 @@ class Controller(ControllerBase[T]):
       when stopping (seconds, default 30 as controller-runtime's manager; ``None``: forever).
     * ``registry`` — a ``prometheus_client.CollectorRegistry`` for the controller metrics; ``logger`` — a
       :class:`logging.Logger` (default ``keyqueue.controller``).
+    * ``leader_election`` — a :class:`keyqueue.leaderelection.LeaderElector`: reconcile only while it leads (see
+      the module docstring); :meth:`start` starts it unless it was started already, :meth:`stop` stops it.
 
     Use ``with Controller(fn) as c:`` (start, then stop on exit), ``c.start()`` ... ``c.stop()``, or ``c.run()``.
     Raises ``TypeError``/``ValueError`` for bad arguments (checked before any queue is built), including a coroutine
@@ -445,6 +468,7 @@ class Controller(ControllerBase[T]):
         metrics_provider: Any = None,
         registry: Any = None,
         logger: logging.Logger | None = None,
+        leader_election: LeaderElector | None = None,
     ) -> None:
         if callable(reconcile) and (
             inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(type(reconcile).__call__)
@@ -465,6 +489,17 @@ class Controller(ControllerBase[T]):
         self._dropping = False  # workers take no more keys (drop mode, or a drain that timed out)
         self._alive = 0
         self._wake = threading.Event()  # set when a stop is requested or the last worker has exited
+        self._elector = leader_election
+        self._gate = threading.Condition()  # notified when leadership starts and when a stop is requested
+        if leader_election is not None:
+            from keyqueue.leaderelection import LeaderElector, export_metrics
+
+            if not isinstance(leader_election, LeaderElector):
+                raise TypeError(f"leader_election must be a keyqueue.leaderelection.LeaderElector, got "
+                                f"{type(leader_election).__name__}: {leader_election!r:.80}")
+            leader_election.add_listener(self._open_gate, self._open_gate)
+            if registry is not None:
+                export_metrics(leader_election, registry)
 
     @property
     def queue(self) -> RateLimitingQueue[T]:
@@ -487,6 +522,8 @@ class Controller(ControllerBase[T]):
             self._alive = self.workers
         for t in self._threads:
             t.start()
+        if self._elector is not None and not self._elector.started:
+            self._elector.start()
 
     def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
@@ -506,6 +543,7 @@ class Controller(ControllerBase[T]):
                 self._dropping = True
             threads = list(self._threads)
         self._wake.set()
+        self._open_gate()
         self._queue.shut_down()
         for th in threads:
             if th is threading.current_thread():
@@ -515,6 +553,8 @@ class Controller(ControllerBase[T]):
         if not ok:
             with self._state:
                 self._dropping = True
+        if self._elector is not None:
+            self._elector.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return ok
 
     def run(self, *, handle_signals: bool = True) -> bool:
@@ -566,9 +606,29 @@ class Controller(ControllerBase[T]):
             return q.get_with_priority()  # type: ignore[no-any-return]
         return q.get(), 0
 
+    def _open_gate(self) -> None:
+        with self._gate:
+            self._gate.notify_all()
+
+    def _await_leading(self) -> bool:
+        """Block until the elector leads (True) or a stop is requested while it does not (False)."""
+        elector = self._elector
+        assert elector is not None
+        with self._gate:
+            while not elector.is_leader():
+                if self._stop_requested:
+                    return False
+                # Woken when a term starts; the timeout also covers a renewal that returned after the deadline
+                # had passed (leadership continues without a new start event).
+                self._gate.wait(elector.config.retry_period)
+        return True
+
     def _worker(self) -> None:
+        elector = self._elector
         try:
             while not self._dropping:
+                if elector is not None and not self._await_leading():
+                    return
                 try:
                     key, priority = self._get()
                 except ShutDown:
@@ -576,6 +636,9 @@ class Controller(ControllerBase[T]):
                 if self._dropping:
                     self._queue.done(key)  # stopping without drain: the key is dropped
                     return
+                if elector is not None and not elector.is_leader():
+                    self._hand_back(key, priority)
+                    continue
                 self._process(key, priority)
         finally:
             with self._state:

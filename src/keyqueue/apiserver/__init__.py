@@ -1,8 +1,8 @@
-"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces).
+"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces, Leases).
 
 This is **not** kube-apiserver.  It serves the part of the Kubernetes REST API
-that ``kubectl`` and the official Python client use for ConfigMaps and
-Namespaces (discovery, a minimal OpenAPI v3, list/get/create/update/patch/
+that ``kubectl`` and the official Python client use for ConfigMaps,
+Namespaces and ``coordination.k8s.io/v1`` Leases (discovery, a minimal OpenAPI v3, list/get/create/update/patch/
 delete, watch with bookmarks, ``Status`` errors) and stores objects in a real
 etcd exactly the way kube-apiserver lays them out (keys
 ``/registry/<resource>/<namespace>/<name>``, resourceVersion = etcd

@@ -1,11 +1,15 @@
-"""Discovery documents: ``/version``, ``/api``, ``/apis``, ``/api/v1`` and a minimal OpenAPI v3.
+"""Discovery documents: ``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]`` and a
+minimal OpenAPI v3 document per group version.
 
-kubectl reads the OpenAPI v3 document of ``api/v1`` before ``create -f``,
+Everything here is derived from :data:`~.objects.GROUP_VERSIONS`: a new resource
+type in ``objects`` appears in discovery and OpenAPI without changes here.
+
+kubectl reads the OpenAPI v3 document of a group version before ``create -f``,
 ``apply``, ``replace``, ``edit`` and ``--dry-run=server``: it checks that the
 PATCH operation of the object's kind (found by ``x-kubernetes-group-version-kind``)
 declares the ``fieldValidation`` and ``dryRun`` query parameters, and then lets
-the server validate.  The component schemas describe ConfigMap, Namespace and
-ObjectMeta (with the patch-merge keys of ``finalizers`` and
+the server validate.  The component schemas describe ConfigMap, Namespace,
+Lease and ObjectMeta (with the patch-merge keys of ``finalizers`` and
 ``ownerReferences``), which kubectl can use for client-side apply.
 """
 
@@ -15,13 +19,15 @@ import hashlib
 import json
 from typing import Any, Final
 
-from .objects import CONFIGMAPS, NAMESPACES, RESOURCES, ResourceType
+from .objects import GROUP_VERSIONS, ResourceType
 
 __all__ = [
     "GIT_VERSION",
+    "api_group",
     "api_group_list",
     "api_resource_list",
     "api_versions",
+    "openapi_v3_bytes",
     "openapi_v3_doc",
     "openapi_v3_root",
     "version_info",
@@ -54,13 +60,41 @@ def api_versions(server_address: str) -> dict[str, Any]:
     }
 
 
+def _groups() -> dict[str, list[str]]:
+    """The named API groups and their versions (the core group ``""`` is served at ``/api``)."""
+    groups: dict[str, list[str]] = {}
+    for gv in GROUP_VERSIONS:
+        if "/" in gv:
+            group, version = gv.split("/", 1)
+            groups.setdefault(group, []).append(version)
+    return groups
+
+
+def api_group(group: str) -> dict[str, Any] | None:
+    """The ``APIGroup`` served at ``/apis/<group>``, or ``None`` for a group not served."""
+    versions = _groups().get(group)
+    if versions is None:
+        return None
+    entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries,
+            "preferredVersion": entries[0]}
+
+
 def api_group_list() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+    groups = [api_group(g) for g in _groups()]
+    for g in groups:
+        assert g is not None
+        del g["kind"], g["apiVersion"]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_resource_list() -> dict[str, Any]:
+def api_resource_list(group_version: str = "v1") -> dict[str, Any] | None:
+    """The ``APIResourceList`` of ``group_version`` (``v1``, ``coordination.k8s.io/v1``), or ``None``."""
+    served = GROUP_VERSIONS.get(group_version)
+    if served is None:
+        return None
     resources = []
-    for rt in RESOURCES.values():
+    for rt in served.values():
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
         if rt.namespaced:
             verbs.insert(2, "deletecollection")
@@ -74,7 +108,7 @@ def api_resource_list() -> dict[str, Any]:
                 "shortNames": list(rt.short_names),
             }
         )
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": resources}
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
 # ----------------------------------------------------------------------------- OpenAPI v3
@@ -86,6 +120,16 @@ def _ref(name: str) -> dict[str, Any]:
 
 def _gvk(kind: str, group: str = "", version: str = "v1") -> dict[str, str]:
     return {"group": group, "version": version, "kind": kind}
+
+
+def _defs(rt: ResourceType) -> str:
+    """The OpenAPI definitions prefix of ``rt``'s group version: ``io.k8s.api.core.v1.``."""
+    return f"io.k8s.api.{rt.group.split('.')[0] if rt.group else 'core'}.{rt.version}."
+
+
+def _op_prefix(rt: ResourceType) -> str:
+    """The operationId infix of ``rt``'s group version: ``CoreV1``, ``CoordinationV1``."""
+    return (rt.group.split(".")[0] if rt.group else "core").capitalize() + rt.version.capitalize()
 
 
 _STR: Final = {"type": "string"}
@@ -148,7 +192,7 @@ def _schemas() -> dict[str, Any]:
         "x-kubernetes-group-version-kind": [_gvk("Status")],
     }
 
-    def top(kind: str, props: dict[str, Any], description: str) -> dict[str, Any]:
+    def top(kind: str, props: dict[str, Any], description: str, group: str = "") -> dict[str, Any]:
         return {
             "type": "object",
             "description": description,
@@ -158,10 +202,10 @@ def _schemas() -> dict[str, Any]:
                 "metadata": {"allOf": [_ref(_META + "ObjectMeta")], "default": {}},
                 **props,
             },
-            "x-kubernetes-group-version-kind": [_gvk(kind)],
+            "x-kubernetes-group-version-kind": [_gvk(kind, group)],
         }
 
-    def listing(kind: str, item: str) -> dict[str, Any]:
+    def listing(kind: str, item: str, group: str = "", defs: str = _CORE) -> dict[str, Any]:
         return {
             "type": "object",
             "required": ["items"],
@@ -169,13 +213,18 @@ def _schemas() -> dict[str, Any]:
                 "apiVersion": _STR,
                 "kind": _STR,
                 "metadata": {"allOf": [_ref(_META + "ListMeta")], "default": {}},
-                "items": {"type": "array", "items": {"allOf": [_ref(_CORE + item)], "default": {}}},
+                "items": {"type": "array", "items": {"allOf": [_ref(defs + item)], "default": {}}},
             },
-            "x-kubernetes-group-version-kind": [_gvk(kind)],
+            "x-kubernetes-group-version-kind": [_gvk(kind, group)],
         }
+
+    coordination = "io.k8s.api.coordination.v1."
+    micro = _ref(_META + "MicroTime")
+    int32 = {"type": "integer", "format": "int32"}
 
     return {
         _META + "Time": {"type": "string", "format": "date-time"},
+        _META + "MicroTime": {"type": "string", "format": "date-time"},
         _META + "OwnerReference": owner_ref,
         _META + "ObjectMeta": object_meta,
         _META + "ListMeta": list_meta,
@@ -200,6 +249,20 @@ def _schemas() -> dict[str, Any]:
             "Namespace provides a scope for Names.",
         ),
         _CORE + "NamespaceList": listing("NamespaceList", "Namespace"),
+        coordination + "LeaseSpec": {
+            "type": "object",
+            "properties": {
+                "holderIdentity": _STR, "leaseDurationSeconds": int32, "acquireTime": micro, "renewTime": micro,
+                "leaseTransitions": int32, "strategy": _STR, "preferredHolder": _STR,
+            },
+        },
+        coordination + "Lease": top(
+            "Lease",
+            {"spec": {"allOf": [_ref(coordination + "LeaseSpec")], "default": {}}},
+            "Lease defines a lease concept.",
+            "coordination.k8s.io",
+        ),
+        coordination + "LeaseList": listing("LeaseList", "Lease", "coordination.k8s.io", coordination),
     }
 
 
@@ -226,13 +289,13 @@ _LIST_PARAMS: Final = [
 ]
 
 
-def _operation(op_id: str, action: str, kind: str, params: list[dict[str, Any]], schema: str,
+def _operation(op_id: str, action: str, rt: ResourceType, params: list[dict[str, Any]], schema: str,
                body: str | None = None, codes: tuple[str, ...] = ("200",)) -> dict[str, Any]:
     content = {"application/json": {"schema": _ref(schema)}}
     out: dict[str, Any] = {
         "operationId": op_id,
         "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": _gvk(kind),
+        "x-kubernetes-group-version-kind": _gvk(rt.kind, rt.group, rt.version),
         "parameters": params,
         "responses": {code: {"description": "OK", "content": content} for code in codes},
     }
@@ -242,15 +305,15 @@ def _operation(op_id: str, action: str, kind: str, params: list[dict[str, Any]],
 
 
 def _paths_for(rt: ResourceType) -> dict[str, Any]:
-    item, lst = _CORE + rt.kind, _CORE + rt.list_kind
-    scope = "Namespaced" if rt.namespaced else ""
-    base = "/api/v1/namespaces/{namespace}/" + rt.name if rt.namespaced else "/api/v1/" + rt.name
+    item, lst = _defs(rt) + rt.kind, _defs(rt) + rt.list_kind
+    scope = _op_prefix(rt) + ("Namespaced" if rt.namespaced else "")
+    base = f"{rt.path_prefix}/namespaces/{{namespace}}/{rt.name}" if rt.namespaced else f"{rt.path_prefix}/{rt.name}"
     path_params = (
         [{"name": "namespace", "in": "path", "required": True, "schema": {"type": "string", "uniqueItems": True}}]
         if rt.namespaced else []
     )
     name_param = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "uniqueItems": True}}]
-    patch = _operation(f"patchCoreV1{scope}{rt.kind}", "patch", rt.kind,
+    patch = _operation(f"patch{scope}{rt.kind}", "patch", rt,
                        [*_WRITE_PARAMS, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
                        item, codes=("200", "201"))
     patch["requestBody"] = {
@@ -261,50 +324,61 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
     }
     paths: dict[str, Any] = {
         base: {
-            "get": _operation(f"listCoreV1{scope}{rt.kind}", "list", rt.kind, _LIST_PARAMS, lst),
-            "post": _operation(f"createCoreV1{scope}{rt.kind}", "post", rt.kind, _WRITE_PARAMS, item, item,
+            "get": _operation(f"list{scope}{rt.kind}", "list", rt, _LIST_PARAMS, lst),
+            "post": _operation(f"create{scope}{rt.kind}", "post", rt, _WRITE_PARAMS, item, item,
                                ("200", "201", "202")),
             "parameters": path_params,
         },
         base + "/{name}": {
-            "get": _operation(f"readCoreV1{scope}{rt.kind}", "get", rt.kind, [], item),
-            "put": _operation(f"replaceCoreV1{scope}{rt.kind}", "put", rt.kind, _WRITE_PARAMS, item, item,
+            "get": _operation(f"read{scope}{rt.kind}", "get", rt, [], item),
+            "put": _operation(f"replace{scope}{rt.kind}", "put", rt, _WRITE_PARAMS, item, item,
                               ("200", "201")),
             "patch": patch,
-            "delete": _operation(f"deleteCoreV1{scope}{rt.kind}", "delete", rt.kind,
+            "delete": _operation(f"delete{scope}{rt.kind}", "delete", rt,
                                  [_WRITE_PARAMS[0], _query("propagationPolicy", "Deletion propagation policy.")],
                                  _META + "Status"),
             "parameters": path_params + name_param,
         },
     }
     if rt.namespaced:
-        paths["/api/v1/" + rt.name] = {
-            "get": _operation(f"listCoreV1{rt.kind}ForAllNamespaces", "list", rt.kind, _LIST_PARAMS, lst),
+        paths[f"{rt.path_prefix}/{rt.name}"] = {
+            "get": _operation(f"list{_op_prefix(rt)}{rt.kind}ForAllNamespaces", "list", rt, _LIST_PARAMS, lst),
         }
     return paths
 
 
-def openapi_v3_doc() -> dict[str, Any]:
-    """The OpenAPI v3 document served at ``/openapi/v3/api/v1``."""
+def _doc_path(group_version: str) -> str:
+    """The OpenAPI v3 index key of a group version: ``api/v1``, ``apis/coordination.k8s.io/v1``."""
+    return f"apis/{group_version}" if "/" in group_version else f"api/{group_version}"
+
+
+def openapi_v3_doc(group_version: str = "v1") -> dict[str, Any]:
+    """The OpenAPI v3 document served at ``/openapi/v3/api/v1`` (or ``/openapi/v3/apis/<group>/<version>``)."""
     schemas = _schemas()
     schemas[_META + "Patch"] = {"type": "object", "description": "A patch in one of the accepted formats."}
+    paths: dict[str, Any] = {}
+    for rt in GROUP_VERSIONS[group_version].values():
+        paths.update(_paths_for(rt))
     return {
         "openapi": "3.0.0",
         "info": {"title": "keyqueue test API server (Kubernetes API subset)", "version": GIT_VERSION},
-        "paths": {**_paths_for(CONFIGMAPS), **_paths_for(NAMESPACES)},
+        "paths": paths,
         "components": {"schemas": schemas},
     }
 
 
-_DOC_BYTES: Final = json.dumps(openapi_v3_doc(), separators=(",", ":")).encode()
-OPENAPI_V3_HASH: Final = hashlib.sha512(_DOC_BYTES).hexdigest().upper()[:128]
+_DOCS: Final = {
+    _doc_path(gv): json.dumps(openapi_v3_doc(gv), separators=(",", ":")).encode() for gv in GROUP_VERSIONS
+}
+_HASHES: Final = {path: hashlib.sha512(doc).hexdigest().upper()[:128] for path, doc in _DOCS.items()}
+OPENAPI_V3_HASH: Final = _HASHES["api/v1"]
 
 
-def openapi_v3_bytes() -> bytes:
-    """The encoded OpenAPI v3 document (computed once)."""
-    return _DOC_BYTES
+def openapi_v3_bytes(path: str = "api/v1") -> bytes | None:
+    """The encoded OpenAPI v3 document at ``/openapi/v3/<path>`` (computed once), or ``None`` if none."""
+    return _DOCS.get(path)
 
 
 def openapi_v3_root() -> dict[str, Any]:
-    """The ``/openapi/v3`` index pointing at the ``api/v1`` document by content hash."""
-    return {"paths": {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={OPENAPI_V3_HASH}"}}}
+    """The ``/openapi/v3`` index pointing at each group version's document by content hash."""
+    return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, h in _HASHES.items()}}

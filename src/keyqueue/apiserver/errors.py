@@ -50,7 +50,9 @@ class APIError(Exception):
 
 
 def _details(resource: str, name: str) -> dict[str, Any]:
-    return {"name": name, "kind": resource}
+    """``resource`` is ``configmaps`` or, for a named group, ``leases.coordination.k8s.io``."""
+    plural, _, group = resource.partition(".")
+    return {"name": name, "group": group, "kind": plural} if group else {"name": name, "kind": resource}
 
 
 def not_found(resource: str, name: str) -> APIError:

@@ -1,15 +1,16 @@
-"""The two served resources: their schema, decoding, validation and table form.
+"""The served resources: their schema, decoding, validation and table form.
 
 This module holds the per-resource rules that kube-apiserver gets from its
 type definitions and registry strategies, restricted to ConfigMaps and
-Namespaces:
+Namespaces (core ``v1``) and Leases (``coordination.k8s.io/v1``):
 
 * decoding a JSON body into the typed shape: unknown fields are dropped (and
   reported, for ``fieldValidation``), ``null`` means "unset", empty values of
   ``omitempty`` fields are dropped, and a value of the wrong JSON type is a 400
   error, as with Go's ``encoding/json``;
 * validation (422 Invalid): object names, ConfigMap keys, labels, annotations,
-  immutable ConfigMaps, immutable ``metadata.uid``;
+  immutable ConfigMaps, immutable ``metadata.uid``, Lease durations and
+  transitions;
 * a canonical field order, so that equal objects encode to equal bytes (a no-op
   update is detected by comparing bytes, as kube-apiserver does);
 * the ``meta.k8s.io/v1`` Table form kubectl asks for.
@@ -29,6 +30,9 @@ from .errors import APIError, bad_request, invalid
 
 __all__ = [
     "CONFIGMAPS",
+    "GROUP_VERSIONS",
+    "LEASES",
+    "NAMESPACED",
     "NAMESPACES",
     "RESOURCES",
     "ResourceType",
@@ -36,6 +40,8 @@ __all__ = [
     "canonical",
     "decode_typed",
     "format_time",
+    "parse_time",
+    "resource_for",
     "to_table",
     "validate",
     "validate_update",
@@ -44,7 +50,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ResourceType:
-    """A served resource (``GET /api/v1/[namespaces/NS/]<name>``)."""
+    """A served resource: ``GET /api/v1/[namespaces/NS/]<name>`` for the core group (``group == ""``),
+    ``GET /apis/<group>/<version>/[namespaces/NS/]<name>`` otherwise."""
 
     name: str
     singular: str
@@ -52,23 +59,54 @@ class ResourceType:
     namespaced: bool
     short_names: tuple[str, ...]
     field_selectors: frozenset[str]
+    group: str = ""
+    version: str = "v1"
 
     @property
     def list_kind(self) -> str:
         return self.kind + "List"
 
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` of the objects: ``v1`` or ``<group>/<version>``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
-CONFIGMAPS: Final = ResourceType(
-    "configmaps", "configmap", "ConfigMap", True, ("cm",), frozenset({"metadata.name", "metadata.namespace"})
-)
+    @property
+    def qualified_name(self) -> str:
+        """The resource as error messages name it: ``configmaps``, ``leases.coordination.k8s.io``."""
+        return f"{self.name}.{self.group}" if self.group else self.name
+
+    @property
+    def path_prefix(self) -> str:
+        """The URL prefix of the resource's group version: ``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+_NAME_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
+CONFIGMAPS: Final = ResourceType("configmaps", "configmap", "ConfigMap", True, ("cm",), _NAME_NAMESPACE)
 NAMESPACES: Final = ResourceType(
     "namespaces", "namespace", "Namespace", False, ("ns",), frozenset({"metadata.name", "status.phase"})
 )
-RESOURCES: Final = {r.name: r for r in (CONFIGMAPS, NAMESPACES)}
+LEASES: Final = ResourceType("leases", "lease", "Lease", True, (), _NAME_NAMESPACE, "coordination.k8s.io")
+#: Every served resource by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
+GROUP_VERSIONS: Final[dict[str, dict[str, ResourceType]]] = {}
+for _rt in (CONFIGMAPS, NAMESPACES, LEASES):
+    GROUP_VERSIONS.setdefault(_rt.api_version, {})[_rt.name] = _rt
+#: The core (``v1``) resources by name.
+RESOURCES: Final = GROUP_VERSIONS["v1"]
+#: Resources stored inside a namespace (deleted with it).
+NAMESPACED: Final = tuple(rt for gv in GROUP_VERSIONS.values() for rt in gv.values() if rt.namespaced)
+
+
+def resource_for(group_version: str, name: str) -> ResourceType | None:
+    """The resource ``name`` of ``group_version`` (``v1``, ``coordination.k8s.io/v1``), or ``None``."""
+    return GROUP_VERSIONS.get(group_version, {}).get(name)
 
 # ----------------------------------------------------------------------------- schema
-# A field spec is a type name, ("map", spec), ("list", spec) or a dict of fields
-# (in the Go struct's order, which is also the JSON output order).
+# A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
+# dict of fields (in the Go struct's order, which is also the JSON output order).
+# ("ptr", spec) is a Go pointer field: an empty value ("", 0) is kept, not
+# dropped by ``omitempty``.  "microtime" is a ``metav1.MicroTime`` string.
 _Spec = Any
 
 _OWNER_REFERENCE: Final[dict[str, _Spec]] = {
@@ -119,6 +157,20 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
             ),
         },
     },
+    "leases": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {
+            "holderIdentity": ("ptr", "string"),
+            "leaseDurationSeconds": ("ptr", "integer"),
+            "acquireTime": ("ptr", "microtime"),
+            "renewTime": ("ptr", "microtime"),
+            "leaseTransitions": ("ptr", "integer"),
+            "strategy": ("ptr", "string"),
+            "preferredHolder": ("ptr", "string"),
+        },
+    },
 }
 
 _JSON_TYPE_NAMES: Final = {str: "string", bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
@@ -127,8 +179,8 @@ _JSON_TYPE_NAMES: Final = {str: "string", bool: "bool", int: "number", float: "n
 def _type_error(rt: ResourceType, path: str, value: object, want: str) -> APIError:
     got = _JSON_TYPE_NAMES.get(type(value), "value")
     return bad_request(
-        f'{rt.kind} in version "v1" cannot be handled as a {rt.kind}: json: cannot unmarshal {got} into Go '
-        f"struct field {rt.kind}.{path} of type {want}"
+        f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot unmarshal {got} '
+        f"into Go struct field {rt.kind}.{path} of type {want}"
     )
 
 
@@ -139,10 +191,21 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
         if not isinstance(value, str):
             raise _type_error(rt, path, value, "string")
         return value
+    if spec == "microtime":
+        if not isinstance(value, str):
+            raise _type_error(rt, path, value, "string")
+        if parse_time(value) is None:
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: parsing time "{value}" '
+                f'as "2006-01-02T15:04:05.000000Z07:00": cannot parse it ({path})'
+            )
+        return value
     if spec == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(rt, path, value, "int64")
         return value
+    if isinstance(spec, tuple) and spec[0] == "ptr":
+        return _decode(rt, spec[1], value, path, unknown)
     if spec == "boolean":
         if not isinstance(value, bool):
             raise _type_error(rt, path, value, "bool")
@@ -169,7 +232,8 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
             decoded = _decode(rt, spec[key], item, sub, unknown)
             # Go's `omitempty`: empty strings, maps, lists and zero integers vanish
             # (booleans are pointers in these types, so `false` stays).
-            if decoded in ("", 0, {}, []) and not isinstance(decoded, bool) and spec is not _OWNER_REFERENCE:
+            keep = spec is _OWNER_REFERENCE or (isinstance(spec[key], tuple) and spec[key][0] == "ptr")
+            if decoded in ("", 0, {}, []) and not isinstance(decoded, bool) and not keep:
                 continue
             out[key] = decoded
         return out
@@ -182,20 +246,23 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     Returns the object without unknown fields and the dotted paths of the
     unknown fields that were dropped.  ``null`` values are dropped like unset
     fields.  Raises a 400 :class:`APIError` for a non-object body, a value of
-    the wrong JSON type, invalid base64 in ``binaryData``, or a ``kind`` or
-    ``apiVersion`` other than ``rt``'s.
+    the wrong JSON type, invalid base64 in ``binaryData``, a malformed
+    MicroTime (``spec.acquireTime``/``spec.renewTime`` of a Lease), or a
+    ``kind`` or ``apiVersion`` other than ``rt``'s.
     """
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
     obj: dict[str, Any] = _decode(rt, _SCHEMAS[rt.name], body, "", unknown)
     kind = obj.get("kind") or rt.kind
-    version = obj.get("apiVersion") or "v1"
-    if version != "v1":
-        raise bad_request(f"the API version in the data ({version}) does not match the expected API version (v1)")
+    version = obj.get("apiVersion") or rt.api_version
+    if version != rt.api_version:
+        raise bad_request(
+            f"the API version in the data ({version}) does not match the expected API version ({rt.api_version})"
+        )
     if kind != rt.kind:
         raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
-    obj["kind"], obj["apiVersion"] = rt.kind, "v1"
+    obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
     obj.setdefault("metadata", {})
     for key, value in (obj.get("binaryData") or {}).items():
         try:
@@ -219,6 +286,8 @@ def _order(spec: _Spec, value: Any) -> Any:
             if k not in spec:
                 out[k] = value[k]
         return out
+    if isinstance(spec, tuple) and spec[0] == "ptr":
+        return _order(spec[1], value)
     if isinstance(spec, tuple) and spec[0] == "map" and isinstance(value, Mapping):
         return {k: _order(spec[1], value[k]) for k in sorted(value)}
     if isinstance(spec, tuple) and spec[0] == "list" and isinstance(value, list):
@@ -315,8 +384,35 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
                        f"Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
     if rt is CONFIGMAPS:
         causes.extend(_configmap_causes(obj))
+    if rt is LEASES:
+        causes.extend(_lease_causes(obj))
     if causes:
-        raise invalid(rt.kind, rt.name, name, causes)
+        raise invalid(rt.kind, rt.qualified_name, name, causes)
+
+
+_LEASE_STRATEGIES: Final = ("OldestEmulationVersion",)
+
+
+def _lease_causes(obj: Mapping[str, Any]) -> list[_Cause]:
+    """kube's ``ValidateLeaseSpec``."""
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    causes: list[_Cause] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        causes.append(("FieldValueInvalid", "spec.leaseDurationSeconds",
+                       f"Invalid value: {duration}: must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and transitions < 0:
+        causes.append(("FieldValueInvalid", "spec.leaseTransitions",
+                       f"Invalid value: {transitions}: must be greater than or equal to 0"))
+    strategy = spec.get("strategy")
+    if strategy is not None and strategy not in _LEASE_STRATEGIES:
+        causes.append(("FieldValueNotSupported", "spec.strategy",
+                       f'Unsupported value: "{strategy}": supported values: "OldestEmulationVersion"'))
+    if spec.get("preferredHolder") and strategy is None:
+        causes.append(("FieldValueForbidden", "spec.preferredHolder",
+                       "Forbidden: preferredHolder can only be set if strategy is set"))
+    return causes
 
 
 def _config_key_causes(field: str, key: str) -> list[_Cause]:
@@ -365,7 +461,7 @@ def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, 
         if new.get("binaryData") != old.get("binaryData"):
             causes.append(("FieldValueForbidden", "binaryData", why))
     if causes:
-        raise invalid(rt.kind, rt.name, name, causes)
+        raise invalid(rt.kind, rt.qualified_name, name, causes)
 
 
 # ----------------------------------------------------------------------------- time and tables
@@ -376,11 +472,23 @@ def format_time(ts: float) -> str:
     return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _parse_time(value: str) -> float | None:
+_RFC3339: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+
+
+def parse_time(value: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (``Time`` or ``MicroTime``), or ``None`` if malformed."""
+    if not _RFC3339.fullmatch(value):
+        return None
+    head, frac = value, ""
+    match = re.search(r"\.(\d+)", value)
+    if match:
+        frac = match.group(1)[:6]
+        head = value[: match.start()] + value[match.end():]
     try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        parsed = datetime.fromisoformat(head.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed.timestamp() + (int(frac.ljust(6, "0")) / 1e6 if frac else 0.0)
 
 
 def age(seconds: float) -> str:
@@ -434,15 +542,23 @@ _COLUMNS: Final = {
          "description": "The status of the namespace"},
         _AGE_COLUMN,
     ],
+    "leases": [
+        _NAME_COLUMN,
+        {"name": "Holder", "type": "string", "format": "", "priority": 0,
+         "description": "holderIdentity contains the identity of the holder of a current lease."},
+        _AGE_COLUMN,
+    ],
 }
 
 
 def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    created = _parse_time(str(meta.get("creationTimestamp", "")))
+    created = parse_time(str(meta.get("creationTimestamp", "")))
     when = age(now - created) if created is not None else "<unknown>"
     if rt is CONFIGMAPS:
         middle: Any = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+    elif rt is LEASES:
+        middle = (obj.get("spec") or {}).get("holderIdentity", "")
     else:
         middle = (obj.get("status") or {}).get("phase", "")
     row: dict[str, Any] = {"cells": [meta.get("name", ""), middle, when]}
@@ -461,7 +577,7 @@ def to_table(
     include_object: str = "Metadata",
     list_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` Table of ``objs`` (columns Name, Data|Status, Age)."""
+    """A ``meta.k8s.io/v1`` Table of ``objs`` (columns Name, Data|Status|Holder, Age)."""
     meta = dict(list_meta or {})
     if resource_version:
         meta["resourceVersion"] = resource_version

@@ -19,7 +19,7 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
 Differences from kube-apiserver, on purpose: no admission chain beyond the
 namespace-exists check, no managedFields, no server-side apply, no watch cache
 (watches and lists go to the backend), and deleting a namespace deletes its
-ConfigMaps and the namespace at once instead of going through ``Terminating``.
+ConfigMaps and Leases and the namespace at once instead of going through ``Terminating``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from . import errors
 from .errors import APIError
-from .objects import CONFIGMAPS, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
+from .objects import NAMESPACED, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -149,7 +149,7 @@ class _RecentStates:
 
 
 class Registry:
-    """ConfigMaps and Namespaces stored in a :class:`Backend` the way kube-apiserver stores them.
+    """ConfigMaps, Namespaces and Leases stored in a :class:`Backend` the way kube-apiserver stores them.
 
     Thread-safe: all shared state is in the backend; every method blocks on
     backend calls only.  Errors are raised as :class:`~.errors.APIError`.
@@ -207,7 +207,7 @@ class Registry:
         kv, _ = self._backend_call(self.backend.get, key)
         if kv is None:
             self._recent.forget(key)
-            raise errors.not_found(rt.name, name)
+            raise errors.not_found(rt.qualified_name, name)
         self._recent.put(kv)
         return self.decode(kv)
 
@@ -387,7 +387,7 @@ class Registry:
             if opts.dry_run:
                 kv, _ = self._backend_call(self.backend.get, key)
                 if kv is not None:
-                    raise errors.already_exists(rt.name, meta["name"])
+                    raise errors.already_exists(rt.qualified_name, meta["name"])
                 return obj
             result = self._backend_call(self.backend.create, key, self.encode(rt, obj))
             if result.succeeded:
@@ -395,9 +395,9 @@ class Registry:
                 self._recent.put(result.kv)
                 return self.decode(result.kv)
             if not generate:
-                raise errors.already_exists(rt.name, meta["name"])
+                raise errors.already_exists(rt.qualified_name, meta["name"])
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
-        raise errors.already_exists(rt.name, meta["name"])
+        raise errors.already_exists(rt.qualified_name, meta["name"])
 
     def _guaranteed_update(
         self,
@@ -424,7 +424,7 @@ class Registry:
         while True:
             if kv is None:
                 self._recent.forget(key)
-                raise errors.not_found(rt.name, name)
+                raise errors.not_found(rt.qualified_name, name)
             current = self.decode(kv)
             try:
                 new = mutate(copy.deepcopy(current))
@@ -464,7 +464,7 @@ class Registry:
         self._check_namespace(rt, new, namespace)
         rv = meta.get("resourceVersion", "")
         if rv and rv != current["metadata"]["resourceVersion"]:
-            raise errors.conflict(rt.name, name, _CONFLICT_MSG)
+            raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
         _validate_update(rt, new, current)
         return new
@@ -510,20 +510,20 @@ class Registry:
 
         ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do
         not hold give 409 Conflict.  Deleting a namespace first deletes its
-        ConfigMaps; the system namespaces cannot be deleted (403).
+        ConfigMaps and Leases; the system namespaces cannot be deleted (403).
         """
         key = self.key(rt, namespace, name)
         kv, _ = self._backend_call(self.backend.get, key)
         while True:
             if kv is None:
-                raise errors.not_found(rt.name, name)
+                raise errors.not_found(rt.qualified_name, name)
             current = self.decode(kv)
             meta = current["metadata"]
             for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
                 want = (preconditions or {}).get(field_name)
                 if want and want != meta.get(field_name):
                     raise errors.conflict(
-                        rt.name, name,
+                        rt.qualified_name, name,
                         f"Precondition failed: {label} in precondition: {want}, "
                         f"{label} in object meta: {meta.get(field_name)}",
                     )
@@ -531,13 +531,14 @@ class Registry:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
                 if not opts.dry_run:
-                    self._delete_all(CONFIGMAPS, name)
+                    for contained in NAMESPACED:
+                        self._delete_all(contained, name)
             if opts.dry_run:
-                return errors.success_status(rt.name, name, meta.get("uid", ""))
+                return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
-                return errors.success_status(rt.name, name, meta.get("uid", ""))
+                return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
 
     def delete_collection(
@@ -594,7 +595,7 @@ class Registry:
             if send_initial_events:
                 initial.append(
                     {"type": "BOOKMARK", "object": {
-                        "kind": rt.kind, "apiVersion": "v1",
+                        "kind": rt.kind, "apiVersion": rt.api_version,
                         "metadata": {"resourceVersion": str(rev),
                                      "annotations": {"k8s.io/initial-events-end": "true"}}}}
                 )
@@ -709,8 +710,8 @@ class ObjectWatch:
         if not self._allow_bookmarks or self._ended:
             return None
         self._watch.request_progress()
-        return {"type": "BOOKMARK", "object": {
-            "kind": self.rt.kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.last_rv)}}}
+        return {"type": "BOOKMARK", "object": {"kind": self.rt.kind, "apiVersion": self.rt.api_version,
+                                               "metadata": {"resourceVersion": str(self.last_rv)}}}
 
     def close(self) -> None:
         """Stop the watch; idempotent."""

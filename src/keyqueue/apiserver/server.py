@@ -1,4 +1,7 @@
-"""The HTTP front end: Kubernetes REST paths for ConfigMaps and Namespaces.
+"""The HTTP front end: Kubernetes REST paths for the resources of :mod:`.objects`.
+
+Core resources live under ``/api/v1``, those of named groups (Leases) under
+``/apis/<group>/<version>``; the path layout below the prefix is the same.
 
 A stdlib :class:`http.server.ThreadingHTTPServer` with one thread per
 connection, HTTP/1.1 keep-alive and ``TCP_NODELAY`` (without it, delayed ACKs
@@ -33,7 +36,7 @@ from keyqueue._httpserver import TrackingHTTPServer
 
 from . import discovery, errors
 from .errors import APIError
-from .objects import RESOURCES, ResourceType, to_table
+from .objects import ResourceType, resource_for, to_table
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions
@@ -362,11 +365,14 @@ class APIServer:
     # ------------------------------------------------------------------ routing
     def route(self, h: _Handler, req: _Request) -> None:
         parts = [p for p in req.path.split("/") if p]
-        if req.method == "GET" and len(parts) <= 4 and self._static(h, req, parts):
+        if req.method == "GET" and len(parts) <= 5 and self._static(h, req, parts):
             return
-        if parts[:2] != ["api", "v1"] or len(parts) < 3:
+        if parts[:1] == ["api"] and len(parts) >= 3:
+            group_version, rest = parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 4:
+            group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        else:
             raise errors.path_not_found()
-        rest = parts[2:]
         watch_path = rest[0] == "watch"
         if watch_path:
             rest = rest[1:]
@@ -375,11 +381,11 @@ class APIServer:
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-            rt = RESOURCES.get(rest[0])
+            rt = resource_for(group_version, rest[0])
             if rt is None or not rt.namespaced or len(rest) > 2:
                 raise errors.path_not_found()
         else:
-            rt = RESOURCES.get(rest[0])
+            rt = resource_for(group_version, rest[0])
             if rt is None or len(rest) > 2 or (rt.namespaced and len(rest) == 2):
                 raise errors.path_not_found()
         name = rest[1] if len(rest) == 2 else None
@@ -398,12 +404,17 @@ class APIServer:
             h._send_json(200, discovery.api_versions(f"{self.host}:{self.port}"))
         elif path == "/apis":
             h._send_json(200, discovery.api_group_list())
-        elif path == "/api/v1":
-            h._send_json(200, discovery.api_resource_list())
         elif path == "/openapi/v3":
             h._send_json(200, discovery.openapi_v3_root())
-        elif path == "/openapi/v3/api/v1":
-            h._send(200, discovery.openapi_v3_bytes())
+        elif path.startswith("/openapi/v3/") and (doc := discovery.openapi_v3_bytes(path[12:])) is not None:
+            h._send(200, doc)
+        elif parts[:1] == ["apis"] and len(parts) == 2 and (group := discovery.api_group(parts[1])) is not None:
+            h._send_json(200, group)
+        elif (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
+            resources = discovery.api_resource_list("/".join(parts[1:]))
+            if resources is None:
+                return False
+            h._send_json(200, resources)
         elif path in ("/healthz", "/livez", "/readyz"):
             h._send(200, b"ok", "text/plain; charset=utf-8")
         else:
@@ -426,7 +437,8 @@ class APIServer:
         try:
             return json.loads(req.body or b"null")
         except ValueError as exc:
-            raise errors.bad_request(f"{rt.kind} in version \"v1\" cannot be handled as a {rt.kind}: {exc}") from None
+            raise errors.bad_request(
+                f"{rt.kind} in version \"{rt.version}\" cannot be handled as a {rt.kind}: {exc}") from None
 
     def _reply_object(self, h: _Handler, req: _Request, rt: ResourceType, code: int, obj: dict[str, Any],
                       warnings: list[str] | None = None) -> None:
@@ -444,11 +456,12 @@ class APIServer:
                                    req.arg("resourceVersionMatch"), req.int_arg("limit"), req.arg("continue"))
             if req.table:
                 for obj in items:
-                    obj["kind"], obj["apiVersion"] = rt.kind, "v1"
+                    obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
                 h._send_json(200, to_table(rt, items, meta["resourceVersion"], time.time(), req.table_include,
                                            {k: v for k, v in meta.items() if k != "resourceVersion"}))
             else:
-                h._send_json(200, {"kind": rt.list_kind, "apiVersion": "v1", "metadata": meta, "items": items})
+                h._send_json(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                                   "items": items})
         elif req.method == "POST":
             if rt.namespaced and namespace is None:
                 raise errors.method_not_allowed("POST")
@@ -459,7 +472,8 @@ class APIServer:
             opts = self._options(req)
             matcher = reg.matcher(rt, req.arg("labelSelector"), req.arg("fieldSelector"))
             items, meta = reg.delete_collection(rt, namespace, matcher, opts)
-            h._send_json(200, {"kind": rt.list_kind, "apiVersion": "v1", "metadata": meta, "items": items})
+            h._send_json(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                               "items": items})
         else:
             raise errors.method_not_allowed(req.method)
 
@@ -501,7 +515,7 @@ class APIServer:
 
     def _watch(self, h: _Handler, req: _Request, rt: ResourceType, namespace: str | None, name: str | None) -> None:
         field_selector = req.arg("fieldSelector")
-        if name is not None:  # /api/v1/watch/.../NAME: a watch on one object
+        if name is not None:  # .../watch/.../NAME: a watch on one object
             field_selector = f"metadata.name={name}" + (f",{field_selector}" if field_selector else "")
         matcher = self.registry.matcher(rt, req.arg("labelSelector"), field_selector)
         send_initial = req.arg("sendInitialEvents")

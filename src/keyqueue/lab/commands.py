@@ -97,6 +97,8 @@ for _command in (
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
     Command("explain", "keyqueue.lab.explain", "what every counter the lab prints means, and its Prometheus "
             "series"),
+    Command("failover", "keyqueue.lab.failover", "3 controller replicas with leader election on a Lease, SIGKILL of "
+            "the leader mid-load: timeline, gap, lost=0, never two reconciling"),
 ):
     register(_command)
 

@@ -1,0 +1,396 @@
+"""``keyqueue-lab failover``: three controller replicas, one leader at a time, SIGKILL of the leader mid-run.
+
+One API server (the project's test server on etcd, in this process) and ``--replicas`` child processes, each the
+pipeline's chain informer → queue → :class:`keyqueue.Controller`, the controller gated by a
+:class:`keyqueue.leaderelection.LeaderElector` on one Lease. Every replica's informer fills its queue (warm
+standbys); only the leader reconciles. The reconcile reads the ConfigMap from the informer's cache and does
+``--work`` of simulated work.
+
+Meanwhile this process writes a load of triggers (ConfigMap updates over ``--names`` names at ``--rate`` per
+second for ``--duration``) and, at ``--kill-at``, SIGKILLs the replica that leads. Then it waits until every
+name was reconciled after its last write and stops the replicas (SIGTERM: release).
+
+It prints the leadership timeline (who led from when to when, on the run's clock), the gap with no leader after
+the kill, reconciles per replica, and the checks: a new leader took over, ``lost=0`` (every name reconciled at or
+after its last written resourceVersion) and no two replicas reconciling at once (reconcile intervals of different
+replicas never overlap, :func:`keyqueue.leaderelection.find_overlaps`). The exit status is 1 if a check fails.
+
+``--control`` runs the replicas without leader election: all of them reconcile, and the overlap check must fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
+from keyqueue.leaderelection import Interval, find_overlaps
+
+__all__ = ["FailoverResult", "Term", "add_arguments", "run", "run_failover"]
+
+_WAIT = 60.0  # seconds: bound of every wait for a replica (starting 3 on a busy machine can take a while)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--replicas", type=int, default=3, help="controller processes (default 3)")
+    parser.add_argument("--duration", type=parse_duration, default=8.0, help="length of the trigger load (8s)")
+    parser.add_argument("--kill-at", type=parse_duration, default=3.0,
+                        help="when to SIGKILL the leader, from the start of the load (3s)")
+    parser.add_argument("--rate", type=float, default=100.0, help="trigger writes per second (100)")
+    parser.add_argument("--names", type=int, default=30, help="ConfigMap names the triggers spread over (30)")
+    parser.add_argument("--work", type=parse_duration, default=0.002, help="simulated work per reconcile (2ms)")
+    parser.add_argument("--lease-duration", type=parse_duration, default=2.0, help="lease duration (2s)")
+    parser.add_argument("--renew-deadline", type=parse_duration, default=1.5, help="renew deadline (1.5s)")
+    parser.add_argument("--retry-period", type=parse_duration, default=0.5, help="retry period (0.5s)")
+    parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
+                        help="the API server's storage (default: a real etcd)")
+    parser.add_argument("--control", action="store_true",
+                        help="replicas without leader election: every replica reconciles (the overlap check fails)")
+    add_json_argument(parser)
+    # the child side (internal)
+    parser.add_argument("--replica", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--namespace", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lease", default=None, help=argparse.SUPPRESS)
+
+
+# -- the replica (child process) ----------------------------------------------------------------------------------
+
+_out_lock = threading.Lock()
+
+
+def _emit(event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "t": time.monotonic(), **fields})
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _replica(args: argparse.Namespace) -> int:
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    from keyqueue._signals import recorded_signals
+    from keyqueue.controller import Controller
+    from keyqueue.informer import Informer, meta_namespace_key
+    from keyqueue.leaderelection import LeaderElector
+
+    conf = client.Configuration()
+    load: Any = kube_config.load_kube_config
+    load(config_file=args.kubeconfig, client_configuration=conf)
+    writer, watcher = client.ApiClient(conf), client.ApiClient(conf)
+    elector = None
+    if not args.control:
+        elector = LeaderElector(
+            writer, name=args.lease, namespace=args.namespace, identity=args.replica,
+            lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
+            on_started_leading=lambda: _emit("started"), on_stopped_leading=lambda: _emit("stopped"),
+        )
+    informer = Informer.for_config_maps(watcher, args.namespace, name=f"failover {args.replica}")
+
+    def reconcile(key: str) -> None:
+        t0 = time.monotonic()
+        obj = informer.store.get_by_key(key)
+        rv = int(obj["metadata"].get("resourceVersion") or 0) if obj is not None else 0
+        time.sleep(args.work)
+        _emit("reconciled", key=key, rv=rv, start=t0, end=time.monotonic())
+
+    controller: Controller[str] = Controller(reconcile, name="failover", leader_election=elector, stop_timeout=10.0)
+
+    def enqueue(obj: Any) -> None:
+        controller.queue.add(meta_namespace_key(obj))
+
+    informer.add_event_handler(on_add=enqueue, on_update=lambda old, new: enqueue(new), on_delete=enqueue)
+    with recorded_signals(signal.SIGTERM, signal.SIGINT) as received:
+        informer.start()
+        if not informer.wait_for_cache_sync(_WAIT):
+            _emit("error", message="the informer did not sync")
+            return 1
+        controller.start()
+        _emit("ready")
+        while not received:
+            time.sleep(0.05)
+    controller.stop(10.0)  # workers first, then the elector (release)
+    informer.stop()
+    _emit("exited")
+    return 0
+
+
+# -- the orchestrator ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """``who`` led from ``start`` to ``end`` (seconds since the load started; ``end`` None: still at the end)."""
+
+    who: str
+    start: float
+    end: float | None
+    ended_by: str  #: "stopped" (stepped down or released), "killed", or "running"
+
+
+@dataclass
+class FailoverResult:
+    replicas: int
+    control: bool
+    triggers: int
+    names: int
+    killed: str | None
+    killed_at_s: float | None
+    new_leader: str | None
+    no_leader_gap_s: float | None  #: from the kill to the next term's start
+    terms: list[Term]
+    reconciles: dict[str, int]
+    reconciles_after_kill: dict[str, int]
+    lost: int
+    lost_names: list[str]
+    overlaps: int
+    overlap_examples: list[str]
+    lease_duration_s: float
+    retry_period_s: float
+    checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.checks.values())
+
+
+class _Replicas:
+    def __init__(self, args: argparse.Namespace, kubeconfig: str, namespace: str, lease: str) -> None:
+        self.cond = threading.Condition()
+        self.events: list[dict[str, Any]] = []
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        for i in range(1, args.replicas + 1):
+            who = f"replica-{i}"
+            cmd = [sys.executable, "-m", "keyqueue.lab", "failover", "--replica", who, "--kubeconfig", kubeconfig,
+                   "--namespace", namespace, "--lease", lease, "--work", str(args.work),
+                   "--lease-duration", str(args.lease_duration), "--renew-deadline", str(args.renew_deadline),
+                   "--retry-period", str(args.retry_period)]
+            if args.control:
+                cmd.append("--control")
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+            self.procs[who] = proc
+            threading.Thread(target=self._read, args=(who, proc), daemon=True).start()
+
+    def _read(self, who: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            event["who"] = who
+            with self.cond:
+                self.events.append(event)
+                self.cond.notify_all()
+
+    def wait_for(self, predicate: Any, timeout: float = _WAIT) -> bool:
+        with self.cond:
+            return bool(self.cond.wait_for(lambda: predicate(self.events), timeout))
+
+    def leader(self) -> str | None:
+        """The replica whose last started/stopped event is ``started`` (if any)."""
+        state: dict[str, str] = {}
+        with self.cond:
+            for e in self.events:
+                if e["event"] in ("started", "stopped"):
+                    state[e["who"]] = e["event"]
+        leading = [w for w, s in state.items() if s == "started" and self.procs[w].poll() is None]
+        return leading[0] if leading else None
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _trigger_load(api: Any, namespace: str, args: argparse.Namespace, last_rv: dict[str, int],
+                  stop_at: float) -> int:
+    """Write ConfigMaps round-robin at ``args.rate`` until ``stop_at`` (monotonic); returns the write count."""
+    n = 0
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    next_at = time.monotonic()
+    while time.monotonic() < stop_at:
+        name = f"cm-{n % args.names}"
+        body = {"data": {"seq": str(n)}}
+        if n < args.names:
+            obj = api.create_namespaced_config_map(namespace, {"metadata": {"name": name}, **body})
+        else:
+            obj = api.patch_namespaced_config_map(name, namespace, body)
+        last_rv[f"{namespace}/{name}"] = int(obj.metadata.resource_version)
+        n += 1
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    return n
+
+
+def run_failover(args: argparse.Namespace) -> FailoverResult:
+    """Run the scene (see the module docstring) and return what it measured and checked."""
+    from kubernetes import client
+
+    from keyqueue.apiserver import TestAPIServer
+
+    namespace, lease = f"failover-{uuid.uuid4().hex[:6]}", "failover-controller"
+    with TestAPIServer(args.backend, unsafe_no_fsync=True) as server:
+        api_client: Any = server.api_client()
+        api: Any = client.CoreV1Api(api_client)
+        api.create_namespace({"metadata": {"name": namespace}})
+        replicas = _Replicas(args, str(server.kubeconfig_path), namespace, lease)
+        killed: str | None = None
+        killed_at: float | None = None
+        last_rv: dict[str, int] = {}
+        try:
+            ready = replicas.wait_for(lambda ev: sum(e["event"] == "ready" for e in ev) >= args.replicas)
+            if not ready:
+                raise RuntimeError("the replicas did not start: " + str(replicas.events[-5:]))
+            if not args.control and not replicas.wait_for(lambda ev: any(e["event"] == "started" for e in ev)):
+                raise RuntimeError("no replica became leader")
+            t0 = time.monotonic()
+            done = threading.Event()
+            count = [0]
+
+            def load() -> None:
+                try:
+                    count[0] = _trigger_load(api, namespace, args, last_rv, t0 + args.duration)
+                finally:
+                    done.set()
+
+            loader = threading.Thread(target=load, name="failover-load", daemon=True)
+            loader.start()
+            if not done.wait(args.kill_at):
+                killed = replicas.leader() if not args.control else "replica-1"
+                if killed is not None:
+                    killed_at = time.monotonic()
+                    replicas.procs[killed].send_signal(signal.SIGKILL)
+            loader.join()
+
+            def caught_up(ev: list[dict[str, Any]]) -> bool:
+                seen: dict[str, int] = {}
+                for e in ev:
+                    if e["event"] == "reconciled":
+                        seen[e["key"]] = max(seen.get(e["key"], 0), e["rv"])
+                return all(seen.get(k, 0) >= rv for k, rv in last_rv.items())
+
+            replicas.wait_for(caught_up, args.lease_duration + _WAIT)
+        finally:
+            replicas.close()
+            api_client.close()
+    return _summarise(args, replicas.events, t0, count[0], last_rv, killed, killed_at)
+
+
+def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float, triggers: int,
+               last_rv: dict[str, int], killed: str | None, killed_at: float | None) -> FailoverResult:
+    terms: list[Term] = []
+    open_terms: dict[str, float] = {}
+    for e in events:
+        if e["event"] == "started":
+            open_terms[e["who"]] = e["t"]
+        elif e["event"] == "stopped" and e["who"] in open_terms:
+            terms.append(Term(e["who"], open_terms.pop(e["who"]) - t0, e["t"] - t0, "stopped"))
+    for who, start in open_terms.items():
+        if who == killed and killed_at is not None:
+            terms.append(Term(who, start - t0, killed_at - t0, "killed"))
+        else:
+            terms.append(Term(who, start - t0, None, "running"))
+    terms.sort(key=lambda t: t.start)
+    reconciles: dict[str, int] = {}
+    after_kill: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    intervals: list[Interval] = []
+    for e in events:
+        if e["event"] != "reconciled":
+            continue
+        reconciles[e["who"]] = reconciles.get(e["who"], 0) + 1
+        if killed_at is not None and e["start"] > killed_at:
+            after_kill[e["who"]] = after_kill.get(e["who"], 0) + 1
+        seen[e["key"]] = max(seen.get(e["key"], 0), e["rv"])
+        intervals.append(Interval(e["who"], e["start"], e["end"]))
+    lost = sorted(k for k, rv in last_rv.items() if seen.get(k, 0) < rv)
+    overlaps = find_overlaps(intervals)
+    new_leader, gap = None, None
+    if killed_at is not None and not args.control:
+        later = [t for t in terms if t.start > killed_at - t0 and t.who != killed]
+        if later:
+            new_leader, gap = later[0].who, later[0].start - (killed_at - t0)
+    result = FailoverResult(
+        replicas=args.replicas, control=args.control, triggers=triggers, names=len(last_rv), killed=killed,
+        killed_at_s=None if killed_at is None else killed_at - t0, new_leader=new_leader, no_leader_gap_s=gap,
+        terms=terms, reconciles=dict(sorted(reconciles.items())),
+        reconciles_after_kill=dict(sorted(after_kill.items())),
+        lost=len(lost), lost_names=lost[:20], overlaps=len(overlaps),
+        overlap_examples=[f"{a.owner} {a.start - t0:.3f}-{a.end - t0:.3f}s / {b.owner} {b.start - t0:.3f}-"
+                          f"{b.end - t0:.3f}s" for a, b in overlaps[:5]],
+        lease_duration_s=args.lease_duration, retry_period_s=args.retry_period,
+    )
+    if not args.control:
+        result.checks["failover"] = new_leader is not None
+    result.checks["lost=0"] = result.lost == 0
+    result.checks["never two replicas reconciling at once"] = result.overlaps == 0
+    return result
+
+
+def _print(result: FailoverResult, out: TextIO) -> None:
+    mode = " (control: no leader election)" if result.control else ""
+    print(f"failover{mode}: {result.replicas} replicas, {result.triggers} triggers over {result.names} names",
+          file=out)
+    if result.terms:
+        print("leadership timeline (seconds since the load started):", file=out)
+        for t in result.terms:
+            end = f"{t.end:7.3f}s" if t.end is not None else "    end"
+            print(f"  {t.who:<10} {t.start:7.3f}s → {end}  ({t.ended_by})", file=out)
+    if result.killed is not None and result.killed_at_s is not None:
+        print(f"SIGKILL {result.killed} at {result.killed_at_s:.3f}s", file=out)
+    if result.no_leader_gap_s is not None:
+        print(f"no leader for {format_duration(result.no_leader_gap_s)} (lease duration "
+              f"{format_duration(result.lease_duration_s)}, retry period {format_duration(result.retry_period_s)}); "
+              f"new leader {result.new_leader}", file=out)
+    per = ", ".join(f"{w}={n}" for w, n in result.reconciles.items()) or "none"
+    after = ", ".join(f"{w}={n}" for w, n in result.reconciles_after_kill.items()) or "none"
+    print(f"reconciles per replica: {per} (after the kill: {after})", file=out)
+    print(f"lost={result.lost}" + (f" {result.lost_names}" if result.lost else ""), file=out)
+    print(f"two replicas reconciling at once: {result.overlaps}", file=out)
+    for example in result.overlap_examples:
+        print(f"  overlap: {example}", file=out)
+    for name, passed in result.checks.items():
+        print(f"{'PASS' if passed else 'FAIL'}  {name}", file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.replica is not None:
+        return _replica(args)
+    for name in ("replicas", "names"):
+        if getattr(args, name) < 1:
+            print(f"keyqueue-lab failover: --{name} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
+            return 2
+    if not args.rate > 0:
+        print(f"keyqueue-lab failover: --rate must be > 0, got {args.rate}", file=sys.stderr)
+        return 2
+    if not args.lease_duration > args.renew_deadline > args.retry_period > 0:
+        print("keyqueue-lab failover: need --lease-duration > --renew-deadline > --retry-period > 0",
+              file=sys.stderr)
+        return 2
+    result = run_failover(args)
+    _print(result, human_stream(args))
+    summary = asdict(result)
+    summary["ok"] = result.ok
+    write_json(args.json, summary)
+    return 0 if result.ok else 1
