@@ -315,8 +315,30 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
                        f"Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
     if rt is CONFIGMAPS:
         causes.extend(_configmap_causes(obj))
+    causes.extend(_int64_causes(obj))
     if causes:
         raise invalid(rt.kind, rt.name, name, causes)
+
+
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _int64_causes(obj: Mapping[str, Any]) -> list[_Cause]:
+    """Integers Kubernetes keeps as int64 (``metadata.generation``, ...) must fit: anywhere in the object, an
+    integer outside int64 would be stored and then break every client that reads it."""
+    causes: list[_Cause] = []
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                causes.append(_bad(path, f"{str(value)[:20]}...", "must be a 64-bit signed integer"))
+        elif isinstance(value, Mapping):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    return causes
 
 
 def _config_key_causes(field: str, key: str) -> list[_Cause]:

@@ -42,9 +42,19 @@ from .objects import CONFIGMAPS, NAMESPACES, ResourceType, canonical, decode_typ
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
-from .storage import Backend, BackendUnavailableError, BackendWatch, CompactedError, FutureRevisionError, KeyValue
+from .storage import (
+    DEFAULT_WATCH_BUFFER,
+    Backend,
+    BackendUnavailableError,
+    BackendWatch,
+    CompactedError,
+    FutureRevisionError,
+    KeyValue,
+    WatchOverflowError,
+)
 
-__all__ = ["SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions"]
+__all__ = ["MAX_RESOURCE_VERSION", "SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions",
+           "parse_resource_version"]
 
 SYSTEM_NAMESPACES: Final = ("default", "kube-system", "kube-public")
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generateName suffixes
@@ -90,13 +100,14 @@ class Matcher:
         return self.fields.matches(values)
 
 
-def _parse_rv(value: str) -> int:
-    try:
-        rv = int(value)
-    except ValueError:
-        rv = -1
-    if rv < 0:
-        raise errors.bad_request(f'invalid resource version: "{value}"') from None
+MAX_RESOURCE_VERSION: Final = 2**63 - 2  # etcd revisions are int64, and a watch starts at resourceVersion + 1
+
+
+def parse_resource_version(value: str) -> int:
+    """A resourceVersion from a request (400 unless a decimal within 0..2^63-2)."""
+    rv = int(value) if value.isascii() and value.isdigit() and len(value) <= 19 else -1
+    if not 0 <= rv <= MAX_RESOURCE_VERSION:
+        raise errors.bad_request(f"invalid resource version: {json.dumps(value[:100])}") from None
     return rv
 
 
@@ -247,7 +258,7 @@ class Registry:
         elif resource_version_match and resource_version == "":
             raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         elif resource_version not in ("", "0"):
-            rv = _parse_rv(resource_version)
+            rv = parse_resource_version(resource_version)
             if resource_version_match == "Exact" or (not resource_version_match and limit > 0):
                 read_rev = rv
             else:
@@ -296,10 +307,11 @@ class Registry:
     def _decode_continue(token: str, prefix: str) -> tuple[int, str]:
         try:
             data = json.loads(base64.urlsafe_b64decode(token.encode()))
-            rev, start = int(data["rv"]), str(data["start"])
-        except (ValueError, KeyError, TypeError):
+            rev, start = data["rv"], data["start"]
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise errors.bad_request("continue key is not valid: invalid token") from None
-        if rev <= 0 or ".." in start or start.startswith("/"):
+        if (not isinstance(rev, int) or isinstance(rev, bool) or not isinstance(start, str)
+                or not 0 < rev <= MAX_RESOURCE_VERSION or ".." in start or start.startswith("/")):
             raise errors.bad_request("continue key is not valid: invalid token")
         return rev, prefix + start
 
@@ -572,17 +584,20 @@ class Registry:
         resource_version: str = "",
         allow_bookmarks: bool = False,
         send_initial_events: bool | None = None,
+        max_pending: int = DEFAULT_WATCH_BUFFER,
     ) -> ObjectWatch:
         """Start a watch.
 
         ``resourceVersion`` unset or ``0``: ADDED events for the current state,
         then changes (as kube-apiserver does).  ``N``: changes after N.
         ``sendInitialEvents=true`` also sends the current state first, ended by a
-        BOOKMARK annotated ``k8s.io/initial-events-end``.
+        BOOKMARK annotated ``k8s.io/initial-events-end``.  ``max_pending``: events the watch may hold
+        undelivered; a consumer further behind gets its watch ended (:meth:`ObjectWatch.next` raises EOFError and
+        ``overflowed`` is set), as kube-apiserver ends the watch of an unresponsive client.
         """
         prefix = self.collection_prefix(rt, namespace)
         initial: list[dict[str, Any]] = []
-        rv = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
+        rv = parse_resource_version(resource_version) if resource_version not in ("", "0") else 0
         if send_initial_events and not allow_bookmarks:
             raise errors.bad_request("sendInitialEvents requires allowWatchBookmarks=true")
         if resource_version in ("", "0") or send_initial_events:
@@ -599,7 +614,7 @@ class Registry:
                                      "annotations": {"k8s.io/initial-events-end": "true"}}}}
                 )
             rv = rev
-        backend_watch = self._backend_call(self.backend.watch, prefix, rv + 1)
+        backend_watch = self._backend_call(self.backend.watch, prefix, rv + 1, max_pending)
         w = ObjectWatch(self, rt, matcher, backend_watch, rv, initial, allow_bookmarks)
         with self._lock:
             self._watches.add(w)
@@ -639,7 +654,11 @@ class ObjectWatch:
         self._pending = initial
         self._allow_bookmarks = allow_bookmarks
         self._ended = False
+        self.overflowed = False  # the backend ended the watch: its consumer fell too far behind
 
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` (from any thread, must not block) whenever :meth:`next` may have something new."""
+        self._watch.set_listener(listener)
     def next(self, timeout: float | None) -> list[dict[str, Any]] | None:
         """Block up to ``timeout`` seconds for events; ``None`` on timeout.
 
@@ -656,6 +675,10 @@ class ObjectWatch:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 batch = self._watch.next(remaining)
+            except WatchOverflowError:
+                self._ended = True
+                self.overflowed = True
+                raise EOFError("watch ended: the consumer fell behind") from None
             except CompactedError as exc:
                 self._ended = True
                 shown = exc.compacted or self._registry.backend.revision()

@@ -14,10 +14,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from keyqueue._httpserver import HTTPLimits
+
 from .etcd import EtcdProcess
 from .registry import Registry
 from .server import APIServer
-from .storage import Backend, EtcdBackend, MemoryBackend
+from .storage import DEFAULT_WATCH_BUFFER, Backend, EtcdBackend, MemoryBackend
 from .tls import make_certificates, server_ssl_context
 
 if TYPE_CHECKING:
@@ -79,7 +81,9 @@ class TestAPIServer:
     (``token=True`` picks a random one).  ``compaction_interval`` (seconds):
     compact storage periodically like kube-apiserver (every 5 min by default
     there), each time up to the revision seen one interval earlier; ``None``
-    (the default) never compacts on its own.
+    (the default) never compacts on its own.  ``limits`` (connections, header,
+    idle and body limits) and ``watch_buffer`` (events a watch may hold
+    undelivered before the server ends it) go to :class:`~.server.APIServer`.
 
     The constructor only checks its arguments (``ValueError`` for an unknown
     backend, a port outside 0..65535 or a non-positive interval); :meth:`start`
@@ -103,6 +107,8 @@ class TestAPIServer:
         bookmark_interval: float = 1.0,
         unsafe_no_fsync: bool = False,
         compaction_interval: float | None = None,
+        limits: HTTPLimits | None = None,
+        watch_buffer: int = DEFAULT_WATCH_BUFFER,
     ) -> None:
         if not isinstance(backend, Backend) and backend not in ("etcd", "memory"):
             raise ValueError(f"unknown backend {backend!r}: use 'etcd', 'memory' or a Backend instance")
@@ -124,6 +130,8 @@ class TestAPIServer:
         self.token: str | None = secrets.token_urlsafe(24) if token is True else (token or None)
         self.bookmark_interval = bookmark_interval
         self.compaction_interval = compaction_interval
+        self.limits = limits
+        self.watch_buffer = watch_buffer
         self._compactor: threading.Thread | None = None
         self._stop_compactor = threading.Event()
         self.etcd: EtcdProcess | None = None
@@ -208,7 +216,8 @@ class TestAPIServer:
             self.ca_cert = certs.ca_cert
             ssl_context = server_ssl_context(certs)
         self._server = APIServer(self._registry, self.host, self._port, token=self.token,
-                                 ssl_context=ssl_context, bookmark_interval=self.bookmark_interval)
+                                 ssl_context=ssl_context, bookmark_interval=self.bookmark_interval,
+                                 limits=self.limits, watch_buffer=self.watch_buffer)
         self._server.start()
         self.write_kubeconfig(self.kubeconfig_path)
         if self.compaction_interval:

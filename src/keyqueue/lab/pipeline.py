@@ -27,6 +27,8 @@ same-key detector (:class:`keyqueue.lab.race.SameKeyDetector`, whose control run
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -40,13 +42,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler
 from types import FrameType
 from typing import Any, Final, TextIO
-from urllib.parse import urlsplit
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
-from keyqueue._httpserver import TrackingHTTPServer
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
@@ -67,8 +66,6 @@ __all__ = [
 ]
 
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 501: "Not Implemented", 502: "Bad Gateway",
-                   503: "Service Unavailable"}
 _MAX_UNMATCHED: Final = 50_000  # bound on bookkeeping of write/event pairs that never meet (foreign writes)
 
 
@@ -187,83 +184,92 @@ def _child_pids(pid: int) -> list[int]:
 # -- the trigger HTTP server -------------------------------------------------------------------------------------
 
 
-class _TriggerHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    server: _TriggerServer
+def _error_json(code: int, message: str) -> tuple[bytes, str]:
+    return json.dumps({"error": message}).encode() + b"\n", "application/json"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-        # Status line, headers and body in one write: one segment on the wire (TCP_NODELAY is on), one syscall.
-        head = (f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n")
-        if self.close_connection:
-            head += "Connection: close\r\n"
-        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
+def _json_response(code: int, obj: Any) -> Any:
+    from aiohttp import web
 
-    def _send_json(self, code: int, obj: Any) -> None:
-        self._send(code, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+    return web.Response(status=code, body=json.dumps(obj, separators=(",", ":")).encode() + b"\n",
+                        content_type="application/json")
 
-    def _drain_body(self) -> None:
-        """Read (and ignore) the request body, so that the next request on this keep-alive connection starts at
-        the right byte. A body that cannot be parsed (bad length or chunk framing) closes the connection."""
+
+class _TriggerServer:
+    """The trigger server: aiohttp on an event loop thread (:class:`keyqueue._httpserver.BackgroundHTTPServer`,
+    with its connection, header, idle and body limits); each trigger runs in a bounded thread pool, because the
+    official client it calls blocks. :meth:`refuse` makes new triggers answer 503 (the first step of a stop)."""
+
+    def __init__(self, pipeline: Pipeline, port: int, threads: int = 32) -> None:
+        from keyqueue._httpserver import BackgroundHTTPServer, HTTPLimits
+
+        self.pipeline = pipeline
+        self.limits = HTTPLimits(max_body=64 * 1024)
+        self.accepting = True
+        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="trigger")
+        self.http = BackgroundHTTPServer(self._handle, "127.0.0.1", port, limits=self.limits, error_body=_error_json,
+                                         name="trigger-server")
+
+    def start(self) -> None:
         try:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                while True:
-                    size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return
-                    self.rfile.read(size)
-                    self.rfile.readline(1024)  # the CRLF after the chunk
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > 0:
-                self.rfile.read(length)
-        except ValueError:
-            self.close_connection = True
+            self.http.start()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
 
-    def do_POST(self) -> None:
-        self._drain_body()
-        path = urlsplit(self.path).path
-        if not path.startswith("/trigger/"):
-            self._send_json(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
-            return
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def refuse(self) -> None:
+        """From now on ``POST /trigger/...`` answers 503; triggers already running finish."""
+        self.accepting = False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.accepting = False
+        self.http.stop(timeout)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        from keyqueue._httpserver import BodyError, read_body
+
         try:
-            result = self.server.pipeline.trigger(path[len("/trigger/"):])
-        except TriggerError as exc:
-            self._send_json(exc.status, {"error": str(exc)})
-            return
-        self._send_json(200, result)
-
-    def do_GET(self) -> None:
-        self._drain_body()
-        path = urlsplit(self.path).path
-        pipeline = self.server.pipeline
+            await read_body(request, self.limits)
+        except BodyError as exc:
+            resp = _json_response(exc.code, {"error": str(exc)})
+            resp.force_close()
+            return resp
+        path = request.path
+        pipeline = self.pipeline
+        if request.method == "POST":
+            if not path.startswith("/trigger/"):
+                return _json_response(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
+            if not self.accepting:
+                return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
+            loop = asyncio.get_running_loop()
+            try:
+                result = await loop.run_in_executor(self._executor, pipeline.trigger, path[len("/trigger/"):])
+            except TriggerError as exc:
+                return _json_response(exc.status, {"error": str(exc)})
+            except RuntimeError:  # the pool was shut down: we are stopping
+                return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
+            return _json_response(200, result)
+        if request.method != "GET":
+            return _json_response(405, {"error": f"method {request.method} not allowed"})
         if path == "/metrics":
             text = pipeline.metrics_text()
             if text is None:
-                self._send(501, b"prometheus_client is not installed\n", "text/plain")
-            else:
-                self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/stats":
-            self._send_json(200, pipeline.summary())
-        elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain")
-        else:
-            self._send_json(404, {"error": f"no such endpoint: GET {path}"})
-
-
-class _TriggerServer(TrackingHTTPServer):
-    """The trigger server: one thread per keep-alive connection, all ended by :meth:`close_all`."""
-
-    thread_name = "trigger-conn"
-
-    def __init__(self, address: tuple[str, int], pipeline: Pipeline) -> None:
-        self.pipeline = pipeline
-        super().__init__(address, _TriggerHandler)
+                return web.Response(status=501, body=b"prometheus_client is not installed\n",
+                                    content_type="text/plain")
+            return web.Response(status=200, body=text, headers={"Content-Type": "text/plain; version=0.0.4; "
+                                                                                "charset=utf-8"})
+        if path == "/stats":
+            return _json_response(200, pipeline.summary())
+        if path == "/healthz":
+            return web.Response(status=200, body=b"ok\n", content_type="text/plain")
+        return _json_response(404, {"error": f"no such endpoint: GET {path}"})
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------------
@@ -354,7 +360,6 @@ class Pipeline:
         self.controller: Controller[str] | None = None
         self._metrics: Any = None
         self._httpd: _TriggerServer | None = None
-        self._http_thread: threading.Thread | None = None
         self._stats_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.api_url = ""
@@ -428,10 +433,8 @@ class Pipeline:
 
         self.controller.start()
 
-        self._httpd = _TriggerServer(("127.0.0.1", cfg.port), self)
-        self._http_thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                             name="trigger-server", daemon=True)
-        self._http_thread.start()
+        self._httpd = _TriggerServer(self, cfg.port)
+        self._httpd.start()
         if cfg.stats_interval > 0:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
@@ -496,7 +499,7 @@ class Pipeline:
         """The trigger server's base URL (``http://127.0.0.1:PORT``)."""
         if self._httpd is None:
             raise RuntimeError("pipeline not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self._httpd.port}"
 
     @property
     def apiserver(self) -> Any:
@@ -508,11 +511,7 @@ class Pipeline:
         Idempotent; joins every thread it started."""
         self._stop.set()
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd.close_all(5.0)
-        if self._http_thread is not None:
-            self._http_thread.join(5.0)
+            self._httpd.stop(5.0)
         if self.informer is not None:
             self.informer.stop()
         if self.controller is not None:
