@@ -324,3 +324,74 @@ def test_int64_fields_are_range_checked(conn: Conn) -> None:
     status, listed, _ = conn.request("GET", base)  # the namespace still lists
     assert status == 200 and any(i["metadata"]["name"] == name for i in listed["items"])
     conn.request("DELETE", f"{base}/{name}")
+
+
+# -- 2: a watcher that stops reading has a bounded buffer, then its watch ends ------------------------------------
+
+def test_a_watcher_that_stops_reading_is_ended_and_a_reading_one_is_not(collect: Any) -> None:
+    from kubernetes import client
+
+    from keyqueue.apiserver.objects import CONFIGMAPS
+    from keyqueue.apiserver.registry import WriteOptions
+
+    with TestAPIServer("memory", watch_buffer=200) as s:
+        reg = s.registry
+        reg.create(CONFIGMAPS, "default", {"metadata": {"name": "big"}, "data": {"v": ""}}, WriteOptions())
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", s.port))
+        stuck.sendall(b"GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1 HTTP/1.1\r\n"
+                      b"Host: x\r\n\r\n")
+        api_client = s.api_client()
+        reader = collect(client.CoreV1Api(api_client).list_namespaced_config_map, "default",
+                         resource_version=str(s.backend.revision()), timeout_seconds=120)
+        assert _wait_for(lambda: len(reg._watches) == 2)
+        backend: Any = s.backend
+        value = "x" * 4096
+        writes = 5000
+        for i in range(writes):
+            reg.update(CONFIGMAPS, "default", "big", {"metadata": {"name": "big"}, "data": {"v": f"{i}{value}"}},
+                       WriteOptions())
+            # no backend queue ever holds more than the buffer (+ the error that ends it)
+            assert all(w.queue.qsize() <= 201 for w in backend._watches)
+            if i % 100 == 99:  # pace the writer to the reading client (it parses 4 KiB per event in Python)
+                want = i + 1
+                got = 0
+                while got < want:
+                    event = reader.next(10)
+                    if event["type"] == "MODIFIED":
+                        got = int(event["object"].data["v"][: -len(value)]) + 1
+        assert _wait_for(lambda: len(reg._watches) == 1), "the stuck watch was not ended"
+        # the stuck client sees its stream cut (after what was buffered), the reading one is still open
+        stuck.settimeout(10)
+        received = 0
+        while True:
+            try:
+                chunk = stuck.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += len(chunk)
+        assert received < writes * 4096 / 2, "the stuck watcher got (nearly) everything: nothing was bounded"
+        stuck.close()
+        assert len(reg._watches) == 1 and not reader.done.is_set()
+        api_client.close()
+
+
+
+# -- 9 (server side): /readyz fails while etcd is unreachable -----------------------------------------------------
+
+@pytest.mark.etcd
+def test_readyz_fails_while_etcd_is_unreachable(etcd_proc: Any) -> None:
+    from keyqueue.apiserver import EtcdProcess
+
+    del etcd_proc  # only for the skip when there is no etcd binary
+    with EtcdProcess() as etcd, TestAPIServer("etcd", etcd=etcd) as s:
+        c = Conn(s.port)
+        assert c.request("GET", "/readyz")[:2] == (200, b"ok")
+        etcd.stop()
+        status, body, _ = c.request("GET", "/readyz")
+        assert status == 503 and b"storage failed" in body
+        assert c.request("GET", "/healthz")[0] == 200  # the process itself is alive
+        c.close()

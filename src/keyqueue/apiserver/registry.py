@@ -654,11 +654,15 @@ class ObjectWatch:
         self._pending = initial
         self._allow_bookmarks = allow_bookmarks
         self._ended = False
-        self.overflowed = False  # the backend ended the watch: its consumer fell too far behind
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
         """Call ``listener()`` (from any thread, must not block) whenever :meth:`next` may have something new."""
         self._watch.set_listener(listener)
+
+    @property
+    def overflowed(self) -> bool:
+        """True once the backend ended the watch because its consumer fell too far behind."""
+        return self._watch.overflowed
     def next(self, timeout: float | None) -> list[dict[str, Any]] | None:
         """Block up to ``timeout`` seconds for events; ``None`` on timeout.
 
@@ -677,7 +681,6 @@ class ObjectWatch:
                 batch = self._watch.next(remaining)
             except WatchOverflowError:
                 self._ended = True
-                self.overflowed = True
                 raise EOFError("watch ended: the consumer fell behind") from None
             except CompactedError as exc:
                 self._ended = True

@@ -151,6 +151,12 @@ class BackendWatch(abc.ABC):
     """
 
     _listener: Callable[[], None] | None = None
+    _overflowed = False
+
+    @property
+    def overflowed(self) -> bool:
+        """True once the backend ended this watch because its consumer fell behind (any thread may ask)."""
+        return self._overflowed
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
         """Call ``listener()`` after every batch or error queued from now on (it must not block)."""
@@ -262,6 +268,7 @@ class _MemoryWatch(BackendWatch):
     def offer(self, batch: WatchBatch | BaseException) -> bool:
         """Queue ``batch`` (called with the backend lock held); False when the watch overflowed and was ended."""
         if self.queue.qsize() >= self.max_pending:
+            self._overflowed = True
             self.queue.put(WatchOverflowError(f"watch consumer more than {self.max_pending} events behind"))
             self._notify()
             return False
@@ -545,6 +552,7 @@ class _EtcdWatch(BackendWatch):
             if not overflow:
                 self._pending += count
         if overflow:
+            self._overflowed = True
             self._put(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
             self._closed.set()
             self._requests.put(None)
@@ -725,6 +733,10 @@ class _TrackedEtcdWatch(BackendWatch):
 
     def set_listener(self, listener: Callable[[], None] | None) -> None:
         self._inner.set_listener(listener)
+
+    @property
+    def overflowed(self) -> bool:
+        return self._inner.overflowed
 
     def request_progress(self) -> None:
         self._inner.request_progress()
