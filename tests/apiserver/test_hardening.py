@@ -395,3 +395,84 @@ def test_readyz_fails_while_etcd_is_unreachable(etcd_proc: Any) -> None:
         assert status == 503 and b"storage failed" in body
         assert c.request("GET", "/healthz")[0] == 200  # the process itself is alive
         c.close()
+
+
+# -- 6: namespace deletion goes through Terminating and leaves no orphans -----------------------------------------
+
+def test_create_in_a_terminating_namespace_is_403(server: TestAPIServer, conn: Conn) -> None:
+    from keyqueue.apiserver.objects import NAMESPACES
+
+    ns = unique("term")
+    assert conn.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    reg = server.registry
+    key = reg.key(NAMESPACES, None, ns)
+    kv, _ = reg.backend.get(key)
+    assert kv is not None
+    obj = json.loads(kv.value)
+    obj["status"]["phase"] = "Terminating"  # what a delete in progress has written
+    assert reg.backend.update(key, json.dumps(obj).encode(), kv.mod_revision).succeeded
+    status, out, _ = conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "late"}})
+    assert status == 403 and out["reason"] == "Forbidden"
+    assert out["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+    assert conn.request("DELETE", f"/api/v1/namespaces/{ns}")[0] == 200  # a delete that was cut short completes
+    assert conn.request("GET", f"/api/v1/namespaces/{ns}")[0] == 404
+
+
+def test_namespace_delete_is_seen_as_terminating_then_deleted(server: TestAPIServer, conn: Conn) -> None:
+    ns = unique("seen")
+    status, created, _ = conn.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    assert status == 201
+    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "c"}})
+    watcher = Conn(server.port)
+    rv = created["metadata"]["resourceVersion"]
+    watcher.http.request("GET", f"/api/v1/namespaces?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3D{ns}"
+                                "&timeoutSeconds=2")
+    resp = watcher.http.getresponse()
+    assert conn.request("DELETE", f"/api/v1/namespaces/{ns}")[0] == 200
+    events = [json.loads(line) for line in resp.read().splitlines()]
+    watcher.close()
+    phases = [(e["type"], e["object"].get("status", {}).get("phase")) for e in events if e["type"] != "BOOKMARK"]
+    assert phases == [("MODIFIED", "Terminating"), ("DELETED", "Terminating")]
+
+
+def test_concurrent_creates_leave_no_orphans_across_namespace_delete_rounds(server: TestAPIServer) -> None:
+    from keyqueue.apiserver.errors import APIError
+    from keyqueue.apiserver.objects import CONFIGMAPS, NAMESPACES
+    from keyqueue.apiserver.registry import WriteOptions
+
+    reg = server.registry
+    ns = unique("orph")
+    rounds = 200 if not server.backend.blocking else 40
+    stop = threading.Event()
+    created = [0]
+
+    def creator(tag: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                reg.create(CONFIGMAPS, ns, {"metadata": {"name": f"c{tag}-{i}"}}, WriteOptions())
+                created[0] += 1
+            except APIError as exc:
+                assert exc.code in (403, 404), exc.status()
+
+    threads = [threading.Thread(target=creator, args=(t,), daemon=True) for t in range(3)]
+    for t in threads:
+        t.start()
+    orphans = 0
+    try:
+        for _ in range(rounds):
+            reg.create(NAMESPACES, None, {"metadata": {"name": ns}}, WriteOptions())
+            before = created[0]
+            _wait_for(lambda before=before: created[0] > before, timeout=2)  # creates are landing in it now
+            reg.delete(NAMESPACES, None, ns, None, WriteOptions())
+            kvs, _ = reg.backend.range(reg.collection_prefix(CONFIGMAPS, ns))
+            orphans += len(kvs)
+            for kv in kvs:  # clean up, so that one orphan is counted once
+                reg.backend.delete(kv.key, kv.mod_revision)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert created[0] > 0, "the creators never got a create in: the test exercised nothing"
+    assert orphans == 0

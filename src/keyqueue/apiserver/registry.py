@@ -18,8 +18,11 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
 namespace-exists check, no managedFields, no server-side apply, no watch cache
-(watches and lists go to the backend), and deleting a namespace deletes its
-ConfigMaps and the namespace at once instead of going through ``Terminating``.
+(watches and lists go to the backend), and a namespace's deletion is done
+within the DELETE call (no namespace controller): the namespace is marked
+``Terminating`` (creates in it are then refused with 403 ``NamespaceTerminating``;
+every create's transaction also requires the namespace's ``mod_revision`` it
+checked, so none slips in), its objects are deleted, then the namespace.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any, Final
 
 from . import errors
 from .errors import APIError
-from .objects import CONFIGMAPS, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
+from .objects import NAMESPACES, RESOURCES, ResourceType, canonical, decode_typed, format_time, validate
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -109,6 +112,14 @@ def parse_resource_version(value: str) -> int:
     if not 0 <= rv <= MAX_RESOURCE_VERSION:
         raise errors.bad_request(f"invalid resource version: {json.dumps(value[:100])}") from None
     return rv
+
+
+def _phase(kv: KeyValue) -> str:
+    """``status.phase`` of a stored namespace."""
+    try:
+        return str((json.loads(kv.value).get("status") or {}).get("phase", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -390,10 +401,7 @@ class Registry:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
         validate(rt, obj)
-        if rt.namespaced:
-            ns_kv, _ = self._backend_call(self.backend.get, self.key(NAMESPACES, None, str(namespace)))
-            if ns_kv is None:
-                raise errors.not_found("namespaces", str(namespace))
+        guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
             if opts.dry_run:
@@ -401,15 +409,32 @@ class Registry:
                 if kv is not None:
                     raise errors.already_exists(rt.name, meta["name"])
                 return obj
-            result = self._backend_call(self.backend.create, key, self.encode(rt, obj))
+            result = self._backend_call(self.backend.create, key, self.encode(rt, obj), guard)
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
                 return self.decode(result.kv)
+            if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
+                guard = self._namespace_guard(rt, namespace, meta["name"])
+                continue
             if not generate:
                 raise errors.already_exists(rt.name, meta["name"])
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
-        raise errors.already_exists(rt.name, meta["name"])
+        raise errors.conflict(rt.name, meta["name"], "the namespace or the name kept changing; try again")
+
+    def _namespace_guard(self, rt: ResourceType, namespace: str | None, name: str) -> tuple[str, int] | None:
+        """For a namespaced create: ``(namespace key, its mod_revision)``, the condition the create's transaction
+        carries, so that no object is created in a namespace that changed since this check (e.g. began
+        terminating).  404 if the namespace does not exist, 403 ``NamespaceTerminating`` while it terminates."""
+        if not rt.namespaced:
+            return None
+        ns_key = self.key(NAMESPACES, None, str(namespace))
+        ns_kv, _ = self._backend_call(self.backend.get, ns_key)
+        if ns_kv is None:
+            raise errors.not_found("namespaces", str(namespace))
+        if _phase(ns_kv) == "Terminating":
+            raise errors.namespace_terminating(rt.name, name, str(namespace))
+        return ns_key, ns_kv.mod_revision
 
     def _guaranteed_update(
         self,
@@ -543,7 +568,8 @@ class Registry:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
                 if not opts.dry_run:
-                    self._delete_all(CONFIGMAPS, name)
+                    self._delete_namespace(key, kv, current)
+                return errors.success_status(rt.name, name, meta.get("uid", ""))
             if opts.dry_run:
                 return errors.success_status(rt.name, name, meta.get("uid", ""))
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
@@ -551,6 +577,37 @@ class Registry:
                 self._recent.forget(key)
                 return errors.success_status(rt.name, name, meta.get("uid", ""))
             kv = result.kv
+
+    def _delete_namespace(self, key: str, kv: KeyValue, current: dict[str, Any]) -> None:
+        """Delete a namespace as kube-apiserver and its namespace controller do, in one call: mark it
+        ``Terminating`` (from then on creates in it get 403 ``NamespaceTerminating``; a create that checked the
+        namespace before is refused by its transaction's guard), delete everything in it, then the namespace."""
+        while True:
+            if current.get("status", {}).get("phase") != "Terminating":
+                marked = copy.deepcopy(current)
+                marked.setdefault("status", {})["phase"] = "Terminating"
+                marked["metadata"]["deletionTimestamp"] = format_time(self._clock())
+                result = self._backend_call(self.backend.update, key, self.encode(NAMESPACES, marked),
+                                            kv.mod_revision)
+                if not result.succeeded:
+                    if result.kv is None:
+                        return  # deleted meanwhile
+                    kv = result.kv
+                    current = self.decode(kv)
+                    continue
+                assert result.kv is not None
+                kv = result.kv
+                self._recent.put(kv)
+            name = current["metadata"]["name"]
+            for rt in list(RESOURCES.values()):
+                if rt.namespaced:
+                    self._delete_all(rt, name)
+            result = self._backend_call(self.backend.delete, key, kv.mod_revision)
+            if result.succeeded or result.kv is None:
+                self._recent.forget(key)
+                return
+            kv = result.kv  # changed while terminating (a label, say): clean up again
+            current = self.decode(kv)
 
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, matcher: Matcher, opts: WriteOptions

@@ -209,8 +209,13 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def create(self, key: str, value: bytes) -> TxnResult:
-        """Put ``value`` if the key does not exist (etcd txn on ``version == 0``)."""
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
+        """Put ``value`` if the key does not exist (etcd txn on ``version == 0``).
+
+        ``guard`` = ``(other_key, mod_revision)``: also require, in the same transaction, that ``other_key`` still
+        has that ``mod_revision`` (a namespaced object is created only while its namespace is unchanged).  On
+        failure ``kv`` is the key's current state; ``None`` there means the guard failed.
+        """
 
     @abc.abstractmethod
     def update(self, key: str, value: bytes, mod_revision: int) -> TxnResult:
@@ -359,12 +364,16 @@ class MemoryBackend(Backend):
         items.sort(key=lambda kv: kv.key)
         return items, read_rev
 
-    def create(self, key: str, value: bytes) -> TxnResult:
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         with self._lock:
             self._check_open()
             current = self._data.get(key)
             if current is not None:
                 return TxnResult(False, self._rev, current)
+            if guard is not None:
+                other = self._data.get(guard[0])
+                if (other.mod_revision if other is not None else 0) != guard[1]:
+                    return TxnResult(False, self._rev, None)
             self._rev += 1
             kv = KeyValue(key, value, self._rev, self._rev, 1)
             self._data[key] = kv
@@ -626,13 +635,14 @@ class EtcdBackend(Backend):
             raise BackendUnavailableError(f"etcd request failed: {details}") from exc
 
     def _cas(self, key: bytes, compare: Any, success: Any) -> tuple[bool, int, Any]:
-        """One Txn: ``success`` if ``compare`` holds, else read the key.
+        """One Txn: ``success`` if ``compare`` (one Compare or a list: all must hold) holds, else read the key.
 
         Returns (succeeded, header revision, the success op's response or the current kv or None).
         """
         rpc = self._rpc
         failure = rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
-        resp = self._call(self._kv.Txn, rpc.TxnRequest(compare=[compare], success=[success], failure=[failure]))
+        compares = compare if isinstance(compare, list) else [compare]
+        resp = self._call(self._kv.Txn, rpc.TxnRequest(compare=compares, success=[success], failure=[failure]))
         rev = int(resp.header.revision)
         if not resp.succeeded:
             kvs = resp.responses[0].response_range.kvs
@@ -649,10 +659,13 @@ class EtcdBackend(Backend):
         resp = self._call(self._kv.Range, req)
         return [_kv_from_pb(kv) for kv in resp.kvs], (revision or int(resp.header.revision))
 
-    def create(self, key: str, value: bytes) -> TxnResult:
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         rpc = self._rpc
         raw = key.encode()
-        cmp = rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=0)
+        cmp = [rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=0)]
+        if guard is not None:
+            cmp.append(rpc.Compare(key=guard[0].encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                                   mod_revision=guard[1]))
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=raw, value=value))
         ok, rev, found = self._cas(raw, cmp, put)
         if ok:
