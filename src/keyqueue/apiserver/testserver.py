@@ -8,13 +8,13 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from keyqueue._httpserver import HTTPLimits
+from keyqueue._tempdirs import owned_tempdir
 
 from .etcd import EtcdProcess
 from .registry import Registry
@@ -191,7 +191,7 @@ class TestAPIServer:
         return self
 
     def _start(self) -> None:
-        self._tmpdir = Path(tempfile.mkdtemp(prefix="keyqueue-apiserver-"))
+        self._tmpdir = Path(owned_tempdir("keyqueue-apiserver-"))
         choice = self._backend_choice
         if isinstance(choice, Backend):
             self._backend = choice
@@ -257,6 +257,14 @@ class TestAPIServer:
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
                 self._tmpdir = None
+
+    def abandon(self) -> None:
+        """For a process about to exit at once (a stop that hangs): SIGKILL the etcd this object started and remove
+        its temp files (the kubeconfig with the token among them), without waiting for anything else."""
+        if self.etcd is not None and self._owns_etcd:
+            self.etcd.abandon()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def stop_server(self) -> None:
         """Stop only the HTTP server (storage and etcd keep running); open watch streams end."""

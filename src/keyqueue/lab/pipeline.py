@@ -37,7 +37,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -441,9 +440,10 @@ class Pipeline:
 
     def _start_child_apiserver(self) -> None:
         """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
+        from keyqueue._tempdirs import owned_tempdir
         from keyqueue.apiserver.etcd import _die_with_parent_hook
 
-        self._child_dir = tempfile.mkdtemp(prefix="keyqueue-pipeline-")
+        self._child_dir = owned_tempdir("keyqueue-pipeline-")  # also removes those of pipelines that were killed
         path = os.path.join(self._child_dir, "kubeconfig")
         cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend,
                "--stop-on-stdin-eof"]
