@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from types import FrameType
 from typing import Any, Final, TextIO
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
@@ -868,8 +867,18 @@ class Pipeline:
 
         return bytes(generate_latest(self._metrics.registry))
 
-    def report(self, micro: dict[str, float] | None = None) -> str:
-        """The stage table (measured in this run) and the verification, as text."""
+    def verdict(self, load: LoadResult | None = None) -> bool:
+        """The run's one verdict: verified (:meth:`verify`) and no request of ``load`` failed."""
+        return self.verify().ok and (load is None or load.errors == 0)
+
+    def refuse_triggers(self) -> None:
+        """The first step of a stop: from now on ``POST /trigger/...`` answers 503 (triggers in flight finish)."""
+        if self._httpd is not None:
+            self._httpd.refuse()
+
+    def report(self, micro: dict[str, float] | None = None, load: LoadResult | None = None) -> str:
+        """The stage table (measured in this run) and the verification with the run's verdict
+        (:meth:`verdict` of ``load``), as text."""
         st = self.stages()
 
         def f(x: float) -> str:
@@ -899,9 +908,10 @@ class Pipeline:
                          f"done {f(micro['done'])}; measured now")
         v = self.verify()
         lines.append("")
+        failed = f" | failed requests={load.errors}" if load is not None else ""
         lines.append(f"verification: {v.names} names, {v.triggers} triggers, {v.reconciles} reconciles | "
                      f"lost={v.lost} (names not reconciled after their last trigger) | same-key overlaps="
-                     f"{v.violations} -> {'OK' if v.ok else 'FAILED'}")
+                     f"{v.violations}{failed} -> {'OK' if self.verdict(load) else 'FAILED'}")
         if v.lost_names:
             lines.append(f"  not reconciled after the last trigger: {', '.join(v.lost_names)}")
         return "\n".join(lines)
@@ -944,29 +954,20 @@ def run(args: argparse.Namespace) -> int:
     """0 when the run verified (nothing lost, no same-key overlap, no request failed), 1 otherwise, 2 for bad
     arguments or a pipeline that could not start.
 
-    Serving (no ``--requests``): SIGINT or SIGTERM ends the serving and the run reports as usual. Otherwise
-    SIGTERM is turned into ``KeyboardInterrupt`` (as SIGINT already is), so that the pipeline, its API server
-    child process and that child's etcd are stopped before the exception propagates; signals that arrive while
-    stopping are ignored. The child API server also gets SIGTERM from the kernel if this process dies outright
-    (Linux, when started from the main thread).
+    SIGINT or SIGTERM (while serving, or during the built-in load) ends the run in order: the trigger server
+    refuses new triggers (503), the load stops sending, the pipeline settles (every name reconciled, up to 30 s),
+    then the report prints its one verdict, and that verdict is the exit status. Further signals while stopping are
+    ignored. The child API server also gets SIGTERM from the kernel if this process dies outright (Linux, when
+    started from the main thread).
     """
     if threading.current_thread() is not threading.main_thread():
-        return _run(args, None)
-    state = {"stopping": False}
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        if not state["stopping"]:
-            state["stopping"] = True
-            raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        return _run(args, state)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return _run(args, [])
+    # The handlers only record the signal (see keyqueue._signals); the loops in _run poll for it.
+    with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+        return _run(args, received)
 
 
-def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
+def _run(args: argparse.Namespace, received: list[int]) -> int:
     out = human_stream(args)
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
@@ -993,35 +994,61 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
         print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
               f"{cfg.workers} workers", file=out, flush=True)
         if args.requests > 0:
-            if args.load_in_process:
-                load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
-            else:
-                load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
+            load = _run_load_until_signal(pipeline, args, received)
             print(load.line(), file=out)
         else:
             print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)", file=out,
                   flush=True)
-            # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
-            with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
-                while not received:
-                    time.sleep(0.2)
+            while not received:
+                time.sleep(0.2)
+        if received:
+            pipeline.refuse_triggers()
+            name = signal.Signals(received[0]).name
+            during = " during the load" if load is not None else ""
+            print(f"pipeline: {name}{during}: no new triggers; settling, then the verdict", file=out, flush=True)
         settled = pipeline.wait_reconciled(30.0)
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
         print("", file=out)
-        print(pipeline.report(micro), file=out)
+        print(pipeline.report(micro, load), file=out)
         if not settled:
             print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
         summary["queue_microbench"] = micro
         summary["load"] = load.summary() if load is not None else None
         write_json(args.json, summary)
-        ok = pipeline.verify().ok and (load is None or load.errors == 0)
+        ok = pipeline.verdict(load)
     finally:
-        if state is not None:
-            state["stopping"] = True  # a SIGTERM now must not interrupt the stopping
         pipeline.stop()
     return 0 if ok else 1
+
+
+def _run_load_until_signal(pipeline: Pipeline, args: argparse.Namespace, received: list[int]) -> LoadResult:
+    """The built-in load (in a thread here, or a child process); a signal refuses new triggers and stops it."""
+    stop = threading.Event()
+    results: list[LoadResult | BaseException] = []
+
+    def go() -> None:
+        try:
+            if args.load_in_process:
+                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop))
+            else:
+                results.append(run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys,
+                                                   stop=stop))
+        except BaseException as exc:
+            results.append(exc)
+
+    thread = threading.Thread(target=go, name="pipeline-load", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        if received and not stop.is_set():
+            pipeline.refuse_triggers()  # first: nothing new gets in while the load winds down
+            stop.set()
+    result = results[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
