@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['baseline_max_ms']:.2f}); with {r['hostile_connections']} slowloris+idle connections open median "
           f"{r['hostile_median_ms']:.2f} ms (max {r['hostile_max_ms']:.2f}) = {r['ratio']:.2f}x; "
           f"threads {r['threads_with_hostile_open']}; all answered: {r['answered']}")
+    worst = r["hostile_max_ms"]
+    print(f"target: every /healthz within 100 ms with the hostile connections open: worst {worst:.2f} ms -> "
+          f"{'PASS' if r['answered'] and worst <= 100 else 'MISS'}")
     if args.json:
         args.json.write_text(json.dumps(r, indent=2) + "\n")
     return 0
