@@ -13,7 +13,11 @@ per trigger comes from ``/proc/<pid>/stat`` (10 ms ticks; the load generator mea
 
 Targets (issue 8, 200 requests at concurrency 10, etcd): /trigger p50 ≤ 3 ms and p99 ≤ 10 ms (the trigger
 handler's time, server side, as in the seed's [STATS] line), informer → enqueue median ≤ 300 µs, enqueue →
-worker Get median ≤ 100 µs with idle workers. Reported, never asserted: a MISS is a finding.
+worker Get median ≤ 100 µs with idle workers. Issue 14 (etcd with fsync): at concurrency 10 ≥ 1,200 triggers/s
+(the load generator's rate) with /trigger p50 ≤ 9 ms and p99 ≤ 25 ms; at concurrency 1 /trigger p50 ≤ 1.5 ms.
+Reported, never asserted: a MISS is a finding; the CPU time per trigger of each process (load generator, the
+pipeline with its trigger server, the API server, etcd) shows where the next step is. The machine's load
+average is printed before and after, since the targets are absolute figures.
 """
 
 from __future__ import annotations
@@ -37,7 +41,11 @@ TARGETS = (
     ("/trigger p99", "trigger_handler", "p99", 10e-3),
     ("informer → enqueue median", "write_to_informer", "p50", 300e-6),
     ("enqueue → worker Get median (idle worker)", "enqueue_to_get_idle", "p50", 100e-6),
+    ("/trigger p50 (issue 14)", "trigger_handler", "p50", 9e-3),
+    ("/trigger p99 (issue 14)", "trigger_handler", "p99", 25e-3),
 )
+FLOOR_TARGET = ("/trigger p50 at concurrency 1 (issue 14)", "trigger_handler", "p50", 1.5e-3)
+RATE_TARGET = 1200.0  # triggers/s at concurrency 10 (issue 14)
 
 
 def _ticks(pid: int) -> int | None:
@@ -98,6 +106,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             phases.append(run_phase(p, max(20, args.requests // 2), 1, args.keys))
         phases.append(run_phase(p, args.requests, args.concurrency, args.keys))
         load_cpu = os.getloadavg()
+    print(f"load average after the {mode} mode: {load_cpu[0]:.2f}", file=sys.stderr)
     return {"mode": mode, "phases": phases, "loadavg_after": load_cpu}
 
 
@@ -113,13 +122,17 @@ def print_mode(result: dict[str, Any]) -> None:
         cpu = ", ".join(f"{k} {v * 1e6:,.0f}µs" for k, v in phase["cpu_per_trigger_s"].items())
         print(f"CPU per trigger: {cpu}")
         if phase["concurrency"] > 1:
-            for name, stage, stat, limit in TARGETS:
-                value = phase["stages"][stage][stat]
-                verdict = "-" if math.isnan(value) else ("ok" if value <= limit else "MISS")
-                negative, n = phase["stages"][stage]["negative"], phase["stages"][stage]["n"]
-                if negative:  # a signed difference: say how much of the distribution is below zero
-                    verdict += f" ({negative} of {n} samples negative: the event came before the write's answer)"
-                print(f"  target {name:<44} {_fmt(value):>9} (≤ {_fmt(limit)})  {verdict}")
+            rate = load["rps"]
+            print(f"  target {'triggers/s (issue 14, load generator)':<44} {rate:>9,.0f} (≥ {RATE_TARGET:,.0f})  "
+                  f"{'ok' if rate >= RATE_TARGET else 'MISS'}")
+        targets = TARGETS if phase["concurrency"] > 1 else (FLOOR_TARGET,)
+        for name, stage, stat, limit in targets:
+            value = phase["stages"][stage][stat]
+            verdict = "-" if math.isnan(value) else ("ok" if value <= limit else "MISS")
+            negative, n = phase["stages"][stage]["negative"], phase["stages"][stage]["n"]
+            if negative:  # a signed difference: say how much of the distribution is below zero
+                verdict += f" ({negative} of {n} samples negative: the event came before the write's answer)"
+            print(f"  target {name:<44} {_fmt(value):>9} (≤ {_fmt(limit)})  {verdict}")
 
 
 def decode_microbench(n: int = 5000) -> dict[str, float]:

@@ -32,3 +32,34 @@ def make_queue(shell: str) -> Iterator[Callable[..., Any]]:
         close = getattr(q, "close", None)
         if close is not None:
             close()
+
+
+_TEMP_PREFIXES = ("keyqueue-apiserver-", "keyqueue-etcd-", "keyqueue-pipeline-")
+
+
+def _leftover_temp_dirs() -> list[str]:
+    """Temp dirs of ours that outlived their owner: this process's own (every fixture is torn down by now) or a
+    process that has exited (a CLI or pipeline child started by a test)."""
+    import glob
+    import os
+    import tempfile
+
+    from keyqueue._tempdirs import stale_tempdirs
+
+    mine = [p for prefix in _TEMP_PREFIXES
+            for p in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}{os.getpid()}-*"))]
+    return sorted(set(mine) | {p for prefix in _TEMP_PREFIXES for p in stale_tempdirs(prefix)})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_temp_dirs_left_behind() -> Iterator[None]:
+    """Issue 14, point 7: the suite leaves none of the temp dirs it makes (the kubeconfig with a token lives in
+    one). Dirs already stale before the session (an earlier killed run) are not this session's doing."""
+    before = set(_leftover_temp_dirs())
+    yield
+    import shutil
+
+    left = [p for p in _leftover_temp_dirs() if p not in before]
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"temp dirs left behind by the test session: {left}"

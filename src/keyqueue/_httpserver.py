@@ -1,83 +1,293 @@
-"""A threaded HTTP/1.1 server whose keep-alive connections can all be ended (used by the test API server and the
-pipeline lab's trigger server).
+"""The HTTP/1.1 layer of the test API server and the pipeline lab's trigger server: aiohttp's low-level server on
+an asyncio event loop in one background thread, with the limits that keep one client from exhausting it.
 
-:class:`http.server.ThreadingHTTPServer` serves each connection in a thread but forgets it; ``shutdown()`` only
-stops accepting, so a keep-alive connection (and a watch stream) would outlive it. This subclass remembers every
-connection and its thread, and :meth:`TrackingHTTPServer.close_all` shuts them down and joins the threads.
+aiohttp (``aiohttp.web.Server``) parses requests with llhttp (C: chunk framing costs linear time, also for
+64 k one-byte chunks), keeps connections alive, closes idle ones and streams request bodies. This module adds what
+it lacks, thinly:
+
+* ``max_connections``: a connection beyond the limit is closed at once (no byte is read from it);
+* ``header_timeout``: aiohttp's keep-alive timer runs from the moment a connection opens and again from the end of
+  each response, and it closes the connection if the next request's headers are not complete by then (slowloris
+  included), so the header timeout and the idle keep-alive timeout are one value, ``header_timeout``;
+* :func:`read_body`: the request body, read as it arrives with a byte limit (chunked or not; 413 as soon as the
+  limit is crossed) and a deadline for the whole body (408);
+* errors that aiohttp answers itself (a malformed request line, an unknown method, oversized headers) go through
+  ``error_body`` so that the API server can answer them with a Kubernetes ``Status``.
+
+Handlers are coroutines run on the server's loop; blocking work belongs in an executor.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
 
-__all__ = ["TrackingHTTPServer"]
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+__all__ = ["BackgroundHTTPServer", "BodyError", "HTTPLimits", "read_body"]
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+ErrorBody = Callable[[int, str], tuple[bytes, str]]
 
-class TrackingHTTPServer(ThreadingHTTPServer):
-    """One daemon thread per connection, tracked so that :meth:`close_all` can end them all.
 
-    The listen backlog is 128: the default of 5 drops the SYNs of a burst of connects, and clients then retry after
-    a second. Subclasses may override :meth:`prepare_connection` (e.g. a TLS handshake) and set ``thread_name``.
+@dataclass(frozen=True)
+class HTTPLimits:
+    """Per-server limits. Times are seconds, sizes bytes.
+
+    ``header_timeout``: a connection whose next request headers are not complete this long after it opened or after
+    its previous response ended is closed (this is also the idle keep-alive timeout). ``body_timeout``: the whole
+    request body must arrive within this long after its headers. ``max_body``: a larger body is refused with 413.
+    ``max_connections``: connections open at once; more are closed on arrival. ``max_header_bytes``: the longest
+    request line or header field.
     """
 
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    request_queue_size = 128
-    thread_name = "http-conn"
+    header_timeout: float = 30.0
+    body_timeout: float = 60.0
+    max_body: int = 3 * 1024 * 1024
+    max_connections: int = 4096
+    max_header_bytes: int = 16 * 1024
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        self._conn_lock = threading.Lock()
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._closing = False
-        super().__init__(address, handler)
+    def __post_init__(self) -> None:
+        for label in ("header_timeout", "body_timeout"):
+            value = getattr(self, label)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise ValueError(f"{label} must be a positive finite number of seconds, got "
+                                 f"{type(value).__name__}: {value!r}")
+        for label in ("max_body", "max_connections", "max_header_bytes"):
+            value = getattr(self, label)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{label} must be a positive int, got {type(value).__name__}: {value!r}")
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._serve_connection, args=(request, client_address),
-            name=f"{self.thread_name} {client_address}", daemon=True,
-        )
-        with self._conn_lock:
-            if self._closing:
-                self.shutdown_request(request)
-                return
-            self._connections[request] = thread
-        thread.start()
 
-    def prepare_connection(self, request: Any) -> None:
-        """Called in the connection's thread before any request is read (default: nothing)."""
+class BodyError(Exception):
+    """The request body could not be read: ``code`` is 413 (too large), 408 (too slow) or 400 (malformed)."""
 
-    def _serve_connection(self, request: Any, client_address: Any) -> None:
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def read_body(request: web.BaseRequest, limits: HTTPLimits) -> bytes:
+    """Read the whole request body, counting bytes as they arrive.
+
+    Raises :class:`BodyError` (413 once more than ``limits.max_body`` bytes arrived, whatever the framing; 408 if the
+    body is not complete within ``limits.body_timeout``; 400 if its framing is broken). After a ``BodyError`` the
+    rest of the body is unread: the caller must close the connection (:func:`close_after`).
+    """
+    if not request.body_exists:
+        return b""
+    length = request.content_length
+    if length is not None and length > limits.max_body:
+        raise BodyError(413, f"request body of {length} bytes exceeds the limit of {limits.max_body} bytes")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(limits.body_timeout):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limits.max_body:
+                    raise BodyError(413, f"request body exceeds the limit of {limits.max_body} bytes")
+                parts.append(chunk)
+    except TimeoutError:
+        raise BodyError(408, f"request body not complete within {limits.body_timeout:g} s") from None
+    except BodyError:
+        raise
+    except Exception as exc:  # aiohttp's payload errors (broken chunk framing, connection lost)
+        raise BodyError(400, f"request body: {type(exc).__name__}: {exc}") from None
+    return b"".join(parts)
+
+
+class _Protocol(RequestHandler):
+    """aiohttp's connection protocol plus the connection limit and error bodies of :class:`BackgroundHTTPServer`."""
+
+    def __init__(self, owner: BackgroundHTTPServer, manager: web.Server, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._owner = owner
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        owner = self._owner
+        if owner.open_connections >= owner.limits.max_connections:
+            owner.refused_connections += 1
+            cast(asyncio.Transport, transport).abort()  # connection_lost follows; it finds nothing to undo
+            return
+        owner.open_connections += 1
+        owner.transports.add(transport)
+        self._counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._counted:
+            self._counted = False
+            self._owner.open_connections -= 1
+            if self.transport is not None:
+                self._owner.transports.discard(self.transport)
+            super().connection_lost(exc)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        text = message or (str(exc) if exc is not None else "")
+        if status >= 500 and exc is not None:
+            log.error("HTTP server error %s", text, exc_info=exc)
+        body, content_type = self._owner.error_body(status, text or "bad request")
+        resp = web.Response(status=status, body=body, content_type=content_type.split(";")[0])
+        resp.force_close()
+        return resp
+
+
+class _Server(web.Server):
+    def __init__(self, owner: BackgroundHTTPServer, handler: Handler, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._owner = owner
+        self._proto_kwargs = kwargs
+
+    def __call__(self) -> RequestHandler:
+        return _Protocol(self._owner, self, loop=self._loop, **self._proto_kwargs)
+
+
+def _default_error_body(code: int, message: str) -> tuple[bytes, str]:
+    return (message + "\n").encode("utf-8", "replace"), "text/plain"
+
+
+class BackgroundHTTPServer:
+    """An aiohttp server for ``handler`` on ``host:port``, served by an event loop in a daemon thread.
+
+    :meth:`start` blocks until the socket listens (``OSError`` if the port is taken); :meth:`stop` calls
+    ``before_stop`` on the loop (to end long-lived responses such as watch streams), closes the listener and every
+    connection, waits up to ``timeout`` s for handlers and joins the thread. A stopped server can be started again.
+    ``error_body(code, message) -> (body, content_type)`` renders the errors aiohttp answers itself.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        limits: HTTPLimits | None = None,
+        ssl_context: Any = None,
+        error_body: ErrorBody = _default_error_body,
+        name: str = "http",
+        before_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.limits = limits or HTTPLimits()
+        self.ssl_context = ssl_context
+        self.error_body = error_body
+        self.name = name
+        self.before_stop = before_stop
+        self.open_connections = 0  # touched on the loop thread only
+        self.transports: set[asyncio.BaseTransport] = set()  # the open connections (loop thread only)
+        self.refused_connections = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.BaseRunner | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self.loop is not None
+
+    def start(self) -> None:
+        """Bind and serve; ``port`` 0 picks a free port, remembered for a restart."""
+        with self._lock:
+            if self.loop is not None:
+                raise RuntimeError(f"{self.name} server already running")
+            loop = asyncio.new_event_loop()
+            started: list[BaseException | None] = []
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                try:
+                    loop.run_until_complete(self._start_site())
+                except BaseException as exc:
+                    started.append(exc)
+                    ready.set()
+                    loop.close()
+                    return
+                started.append(None)
+                ready.set()
+                try:
+                    loop.run_forever()
+                finally:
+                    loop.close()
+
+            thread = threading.Thread(target=serve, name=f"{self.name} :{self.port}", daemon=True)
+            thread.start()
+            ready.wait()
+            if started[0] is not None:
+                thread.join()
+                raise started[0]
+            self.loop, self._thread = loop, thread
+
+    async def _start_site(self) -> None:
+        limits = self.limits
+        server = _Server(self, self.handler, keepalive_timeout=limits.header_timeout,
+                         max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
+                         access_log=None)
+        runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context, backlog=1024,
+                           reuse_address=True)
         try:
-            self.prepare_connection(request)
-            self.finish_request(request, client_address)
-        except Exception as exc:  # a broken connection must not kill the server
-            if not isinstance(exc, OSError):  # ssl.SSLError is an OSError too
-                log.exception("connection %s failed", client_address)
-        finally:
-            self.shutdown_request(request)
-            with self._conn_lock:
-                self._connections.pop(request, None)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("error on connection %s", client_address, exc_info=True)
+    def connection_sockets(self, timeout: float = 5.0) -> list[socket.socket]:
+        """The sockets of the open connections (a snapshot taken on the loop)."""
+        loop = self.loop
+        if loop is None:
+            return []
 
-    def close_all(self, timeout: float) -> None:
-        """Refuse new connections, shut every open one down and wait up to ``timeout`` s for their threads."""
-        with self._conn_lock:
-            self._closing = True
-            items = list(self._connections.items())
-        for sock, _ in items:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + timeout
-        for _, thread in items:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        async def collect() -> list[socket.socket]:
+            return [t.get_extra_info("socket") for t in self.transports]
+
+        return asyncio.run_coroutine_threadsafe(collect(), loop).result(timeout)
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` on the loop (thread-safe; nothing happens if the server is not running)."""
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(fn)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and wait (up to ``timeout`` s) for it; idempotent."""
+        with self._lock:
+            loop, thread, runner = self.loop, self._thread, self._runner
+            self.loop = self._thread = self._runner = None
+        if loop is None or thread is None:
+            return
+
+        async def shutdown() -> None:
+            if self.before_stop is not None:
+                with contextlib.suppress(Exception):
+                    await self.before_stop()
+            if runner is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(runner.cleanup(), timeout)
+
+        fut = asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        with contextlib.suppress(Exception):
+            fut.result(timeout + 1.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)

@@ -19,5 +19,5 @@ def test_bench_apiserver_smoke(tmp_path: Path) -> None:
                            "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert set(report["results"]) == {"update", "patch", "write->watch"}
+    assert set(report["results"]) == {"storage txn", "http floor", "update", "patch", "write->watch"}
     assert all(r["n"] == 20 and r["median_ms"] > 0 for r in report["results"].values())

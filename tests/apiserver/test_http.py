@@ -235,9 +235,8 @@ def test_connections_have_tcp_nodelay(server: TestAPIServer, conn: Conn) -> None
     import socket
 
     assert conn.request("GET", "/version")[0] == 200  # the connection is open (keep-alive) and tracked now
-    httpd = server.server._httpd
+    httpd = server.server._http
     assert httpd is not None
-    with httpd._conn_lock:
-        socks = list(httpd._connections)
+    socks = httpd.connection_sockets()
     assert socks, "no open connection tracked"
     assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)

@@ -401,6 +401,7 @@ def test_cli_exits_anyway_when_an_orderly_stop_hangs(tmp_path: Path) -> None:
         err = proc.stderr.read()
         assert "stopping took longer than 0.5 s" in err
         assert "Thread" in err  # faulthandler's stack dump
+        assert _temp_dirs_of(proc.pid) == []  # the forced exit removed them too
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -408,3 +409,61 @@ def test_cli_exits_anyway_when_an_orderly_stop_hangs(tmp_path: Path) -> None:
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def _temp_dirs_of(pid: int) -> list[str]:
+    import glob
+    import tempfile
+
+    return [p for prefix in ("keyqueue-apiserver-", "keyqueue-etcd-")
+            for p in glob.glob(f"{tempfile.gettempdir()}/{prefix}{pid}-*")]
+
+
+@pytest.mark.etcd
+def test_cli_with_stop_on_stdin_eof_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """Issue 14, point 7: SIGTERM while the stdin watcher is blocked in its read exits 0 (it aborted with "Fatal
+    Python error: _enter_buffered_busy"), and the server's and etcd's temp dirs are gone."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keyqueue.apiserver", "--stop-on-stdin-eof", "--token",
+         "--kubeconfig", str(tmp_path / "kubeconfig")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        for line in proc.stdout:
+            if line.startswith("stop with"):
+                break
+        else:
+            raise AssertionError("the server never printed its banner: " + proc.stderr.read())
+        assert len(_temp_dirs_of(proc.pid)) == 2  # control: the check below can see them
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        err = proc.stderr.read()
+        assert "Fatal Python error" not in err, err
+        assert _temp_dirs_of(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_temp_dirs_of_a_killed_process_are_swept_by_the_next_one() -> None:
+    import os
+    import tempfile
+
+    from keyqueue._tempdirs import owned_tempdir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tempfile.mkdtemp(prefix=f"keyqueue-pipeline-{dead.pid}-")
+    alive = tempfile.mkdtemp(prefix=f"keyqueue-pipeline-{os.getppid()}-")  # a live process's: kept
+    try:
+        mine = owned_tempdir("keyqueue-pipeline-")
+        assert not os.path.exists(stale) and os.path.isdir(alive)
+        assert os.path.basename(mine).startswith(f"keyqueue-pipeline-{os.getpid()}-")
+        os.rmdir(mine)
+    finally:
+        os.rmdir(alive)

@@ -11,7 +11,7 @@ import pytest
 from keyqueue.apiserver import TestAPIServer
 from keyqueue.apiserver.objects import CONFIGMAPS
 from keyqueue.apiserver.registry import WriteOptions
-from keyqueue.informer import DeletedFinalStateUnknown, Informer, meta_namespace_key
+from keyqueue.informer import Backoff, DeletedFinalStateUnknown, Informer, meta_namespace_key
 from tests.informer.conftest import WAIT, Recorder, create_cm, wait_until
 
 
@@ -291,3 +291,51 @@ def test_for_config_maps_all_namespaces(apiserver: TestAPIServer, core: Any, ns:
     finally:
         assert informer.stop(WAIT)
         api_client.close()
+
+
+def test_informer_recovers_after_the_server_ends_its_watch_for_falling_behind() -> None:
+    """Issue 14, point 2: a handler that blocks stops the informer reading its watch; the server ends that watch
+    once its bounded buffer is full; the informer re-watches from its last resourceVersion and catches up."""
+    with TestAPIServer("memory", watch_buffer=20) as s:
+        reg = s.registry
+        reg.create(CONFIGMAPS, "default", {"metadata": {"name": "big"}, "data": {"v": "start"}}, WriteOptions())
+        release = threading.Event()
+        blocked = threading.Event()
+
+        def on_update(old: Any, new: Any) -> None:
+            if not release.is_set():
+                blocked.set()
+                release.wait(WAIT * 4)
+
+        api_client = s.api_client()
+        informer = Informer.for_config_maps(api_client, "default", backoff=Backoff(initial=0.01, cap=0.1, jitter=0))
+        informer.add_event_handler(on_update=on_update)
+        informer.start()
+        try:
+            assert informer.wait_for_cache_sync(WAIT)
+            wait_until(lambda: len(reg._watches) == 1, what="the informer's watch")
+            pad = "x" * 4096
+            reg.update(CONFIGMAPS, "default", "big", {"metadata": {"name": "big"}, "data": {"v": f"0{pad}"}},
+                       WriteOptions())
+            assert blocked.wait(WAIT)
+            last = ""
+            for i in range(1, 3000):
+                last = f"{i}{pad}"
+                reg.update(CONFIGMAPS, "default", "big", {"metadata": {"name": "big"}, "data": {"v": last}},
+                           WriteOptions())
+                if not reg._watches:
+                    break
+            wait_until(lambda: not reg._watches, what="the server ending the watch of the stuck informer")
+            release.set()
+
+            def caught_up() -> bool:
+                obj = informer.store.get_by_key("default/big")
+                return obj is not None and obj["data"]["v"] == last
+
+            wait_until(caught_up, timeout=WAIT * 2, what="the informer catching up after its re-watch")
+            stats = informer.stats()
+            assert stats.watches >= 2 and stats.watch_errors + stats.watch_ends >= 1
+        finally:
+            release.set()
+            assert informer.stop(WAIT)
+            api_client.close()

@@ -335,3 +335,53 @@ def test_a_handler_added_while_the_first_list_completes_misses_nothing(scripted:
         assert sorted(e[1] for e in late.of("add")) == ["default/a", "default/b"]
     finally:
         assert informer.stop(WAIT)
+
+
+class _RecordingBackoff(Backoff):
+    """A backoff that records every delay it hands out and every reset."""
+
+    def __init__(self) -> None:
+        super().__init__(initial=0.001, cap=0.064, jitter=0)
+        self.delays: list[float] = []
+        self.resets = 0
+
+    def next(self) -> float:
+        delay = super().next()
+        self.delays.append(delay)
+        return delay
+
+    def reset(self) -> None:
+        self.resets += 1
+        super().reset()
+
+
+def test_backoff_grows_while_every_watch_answers_only_an_error_event(scripted: tuple[Script, Any]) -> None:
+    """The API server is up but its storage is not: each watch opens, then brings one ERROR event (500). That is
+    no sign of health: the backoff keeps growing up to its cap instead of retrying at the initial delay for ever."""
+    script, list_func = scripted
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd"}}
+    script.watches = [("events", [error])] * 10
+    backoff = _RecordingBackoff()
+    informer = start(list_func, backoff=backoff)
+    try:
+        wait_until(lambda: len(script.watch_requests()) >= 9, what="nine watches")
+        resets_after_list = 1  # the successful list resets it once
+        assert backoff.resets == resets_after_list
+        assert backoff.delays[:8] == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.064]
+    finally:
+        assert informer.stop(WAIT)
+
+
+def test_control_a_stream_that_delivers_an_event_resets_the_backoff(scripted: tuple[Script, Any]) -> None:
+    script, list_func = scripted
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd"}}
+    added = {"type": "ADDED", "object": cm("c", 8)}
+    script.watches = [("events", [error]), ("events", [error]), ("events", [added, error]), ("events", [error])]
+    backoff = _RecordingBackoff()
+    informer = start(list_func, backoff=backoff)
+    try:
+        wait_until(lambda: len(script.watch_requests()) >= 5, what="five watches")
+        assert backoff.resets == 2  # the list, then the stream that delivered an ADDED
+        assert backoff.delays[:4] == [0.001, 0.002, 0.001, 0.002]
+    finally:
+        assert informer.stop(WAIT)

@@ -324,10 +324,17 @@ def _start_cli(tmp_path: Path, *args: str) -> tuple[Any, int]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("pipeline: triggers on"), line
-    children = _children(proc.pid)
+    proc.banner = line  # type: ignore[attr-defined]
+    children = [c for c in _children(proc.pid) if "keyqueue.apiserver" in _cmdline(c)]
     assert len(children) == 1, children
-    assert "keyqueue.apiserver" in Path(f"/proc/{children[0]}/cmdline").read_text()
     return proc, children[0]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
@@ -369,18 +376,78 @@ def _diagnose(pid: int) -> str:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigterm_during_a_built_in_load_stops_everything(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["--load-in-process", "child"])
+def test_sigterm_during_a_built_in_load_stops_in_order_with_one_verdict(tmp_path: Path, where: str) -> None:
+    """Issue 14, point 8: triggers are refused first, the load stops, the pipeline settles, one verdict is printed
+    and it is the exit status."""
     import signal
 
-    proc, child = _start_cli(tmp_path, "--requests", "1000000", "--concurrency", "2", "--load-in-process")
+    extra = [where] if where.startswith("--") else []
+    proc, child = _start_cli(tmp_path, "--requests", "1000000", "--concurrency", "2", *extra)
     try:
+        assert proc.stdout is not None
+        url = proc.banner.split("triggers on ", 1)[1].split("/trigger/", 1)[0]
+
+        def triggered() -> bool:
+            return bool(json.loads(http_request(url, "GET", "/stats")[1])["verification"]["triggers"] > 0)
+
+        wait_until(triggered, "the load's triggers reaching the pipeline")
+        loaders = [c for c in _children(proc.pid) if "keyqueue.lab.load" in _cmdline(c)]
+        assert len(loaders) == (0 if extra else 1), loaders
+        lines: list[str] = []
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(WAIT) == 130  # interrupted: the pipeline stopped, then the lab exited
+        proc.send_signal(signal.SIGTERM)  # a second one while stopping is ignored
+        code = proc.wait(3 * WAIT)
+        text = "".join(lines) + proc.stdout.read()
         assert _gone(child)  # stopped (and waited for) before the exit, not left to the kernel
+        assert all(_gone(pid) for pid in loaders)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+    verdicts = [line for line in text.splitlines() if line.startswith("verification:")]
+    assert len(verdicts) == 1, text
+    assert "SIGTERM during the load: no new triggers" in text
+    assert text.index("SIGTERM during the load") < text.index("verification:")
+    expected = {"OK": 0, "FAILED": 1, "INTERRUPTED (verified so far)": 130}
+    assert code == expected[verdicts[0].rsplit("-> ", 1)[1]], text
+    assert code == 130, text  # nothing was lost; the load was cut short, which is an interrupt, not a failure
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("keyqueue-pipeline-")]  # temp dir removed
+
+
+def test_trigger_server_refuses_bodies_above_its_limit(pipelines: Callable[..., Pipeline]) -> None:
+    """Issue 14, point 3 for the trigger server: a 100 MiB chunked body gets 413, not 200."""
+    import socket
+
+    p = pipelines()
+    host, port, _ = check_loopback_url(p.url)
+    sock = socket.create_connection((host, port), timeout=WAIT)
+    stop = threading.Event()
+
+    def send() -> None:
+        try:
+            sock.sendall(b"POST /trigger/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n6400000\r\n")
+            block = b"x" * 65536
+            for _ in range(1600):
+                if stop.is_set():
+                    return
+                sock.sendall(block)
+        except OSError:
+            pass  # closed by the server after its 413
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    stop.set()
+    sock.close()
+    sender.join(WAIT)
+    assert data.startswith(b"HTTP/1.1 413"), data[:200]
+    assert http_request(p.url, "GET", "/healthz")[0] == 200
+    assert p.verify().triggers == 0

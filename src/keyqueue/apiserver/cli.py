@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from keyqueue._signals import recorded_signals
@@ -95,9 +96,12 @@ def run(args: argparse.Namespace) -> int:
     with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
         if getattr(args, "stop_on_stdin_eof", False):
 
-            def stop_at_eof() -> None:
+            def stop_at_eof(fd: int) -> None:
+                # os.read on the descriptor, not sys.stdin.buffer: a daemon thread blocked inside the buffered
+                # reader holds its lock when the interpreter finalises, which aborts the process ("Fatal Python
+                # error: _enter_buffered_busy") instead of exiting 0.
                 with contextlib.suppress(OSError, ValueError):
-                    while sys.stdin.buffer.read(65536):
+                    while os.read(fd, 65536):
                         pass
                 request_stop()
 
@@ -107,12 +111,14 @@ def run(args: argparse.Namespace) -> int:
                         request_stop()
                         return
 
-            threading.Thread(target=stop_at_eof, name="apiserver-stdin-eof", daemon=True).start()
+            threading.Thread(target=stop_at_eof, args=(sys.stdin.fileno(),), name="apiserver-stdin-eof",
+                             daemon=True).start()
             threading.Thread(target=stop_with_parent, args=(os.getppid(),), name="apiserver-parent-watch",
                              daemon=True).start()
         try:
             server = TestAPIServer(args.backend, port=args.port, tls=args.tls, token=True if args.token else None,
                                    compaction_interval=args.compaction_interval or None)
+            _abandon_on_force_exit.append(server.abandon)
             try:
                 server.start()
                 path = server.write_kubeconfig(args.kubeconfig)
@@ -141,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 STOP_GRACE = 20.0  # seconds an orderly stop may take before the process exits anyway
+_abandon_on_force_exit: list[Callable[[], None]] = []
 
 
 def _force_exit() -> None:
@@ -148,6 +155,9 @@ def _force_exit() -> None:
         print(f"apiserver: stopping took longer than {STOP_GRACE:g} s; exiting now. Threads:", file=sys.stderr,
               flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    for abandon in _abandon_on_force_exit:  # etcd and the temp files (the kubeconfig with the token) go too
+        with contextlib.suppress(Exception):
+            abandon()
     os._exit(3)
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "internal_error",
     "invalid",
     "method_not_allowed",
+    "namespace_terminating",
     "not_found",
     "path_not_found",
     "success_status",
@@ -96,6 +97,18 @@ def expired(message: str) -> APIError:
 
 def forbidden(resource: str, name: str, why: str) -> APIError:
     return APIError(403, "Forbidden", f'{resource} "{name}" is forbidden: {why}', _details(resource, name))
+
+
+def namespace_terminating(resource: str, name: str, namespace: str) -> APIError:
+    """403 for a create in a namespace that is being deleted (kube-apiserver's NamespaceLifecycle admission)."""
+    return APIError(
+        403, "Forbidden",
+        f'{resource} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is '
+        "being terminated",
+        {"name": name, "kind": resource, "causes": [
+            {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+             "field": "metadata.namespace"}]},
+    )
 
 
 def unsupported_media_type(content_type: str, accepted: list[str]) -> APIError:

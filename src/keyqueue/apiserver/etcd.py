@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -25,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
+
+from keyqueue._tempdirs import owned_tempdir
 
 __all__ = ["EtcdProcess", "EtcdStartError", "find_etcd_binary", "free_port"]
 
@@ -193,7 +194,7 @@ class EtcdProcess:
             raise last_error
 
     def _launch(self) -> None:
-        self.tmpdir = tempfile.mkdtemp(prefix="keyqueue-etcd-")
+        self.tmpdir = owned_tempdir("keyqueue-etcd-")
         self.client_port, self.peer_port, self.metrics_port = (free_port(self.host) for _ in range(3))
         peer = f"http://{self.host}:{self.peer_port}"
         args = [
@@ -243,6 +244,16 @@ class EtcdProcess:
         if path is None or not path.exists():
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def abandon(self) -> None:
+        """For a process about to exit at once: SIGKILL etcd (no orderly stop) and delete its data directory."""
+        proc, tmpdir = self._proc, self.tmpdir
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+                proc.wait(5)
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
     def stop(self) -> None:
         """Stop etcd and delete its data directory; blocks until the process is gone.  Idempotent."""

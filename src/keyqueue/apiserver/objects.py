@@ -386,6 +386,7 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
+    causes.extend(_int64_causes(obj))
     if causes:
         raise invalid(rt.kind, rt.qualified_name, name, causes)
 
@@ -412,6 +413,27 @@ def _lease_causes(obj: Mapping[str, Any]) -> list[_Cause]:
     if spec.get("preferredHolder") and strategy is None:
         causes.append(("FieldValueForbidden", "spec.preferredHolder",
                        "Forbidden: preferredHolder can only be set if strategy is set"))
+    return causes
+
+
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _int64_causes(obj: Mapping[str, Any]) -> list[_Cause]:
+    """Integers Kubernetes keeps as int64 (``metadata.generation``, ...) must fit: anywhere in the object, an
+    integer outside int64 would be stored and then break every client that reads it."""
+    causes: list[_Cause] = []
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                causes.append(_bad(path, f"{str(value)[:20]}...", "must be a 64-bit signed integer"))
+        elif isinstance(value, Mapping):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
     return causes
 
 

@@ -18,8 +18,11 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
 namespace-exists check, no managedFields, no server-side apply, no watch cache
-(watches and lists go to the backend), and deleting a namespace deletes its
-ConfigMaps and Leases and the namespace at once instead of going through ``Terminating``.
+(watches and lists go to the backend), and a namespace's deletion is done
+within the DELETE call (no namespace controller): the namespace is marked
+``Terminating`` (creates in it are then refused with 403 ``NamespaceTerminating``;
+every create's transaction also requires the namespace's ``mod_revision`` it
+checked, so none slips in), its objects are deleted, then the namespace.
 """
 
 from __future__ import annotations
@@ -42,9 +45,19 @@ from .objects import NAMESPACED, NAMESPACES, ResourceType, canonical, decode_typ
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
-from .storage import Backend, BackendUnavailableError, BackendWatch, CompactedError, FutureRevisionError, KeyValue
+from .storage import (
+    DEFAULT_WATCH_BUFFER,
+    Backend,
+    BackendUnavailableError,
+    BackendWatch,
+    CompactedError,
+    FutureRevisionError,
+    KeyValue,
+    WatchOverflowError,
+)
 
-__all__ = ["SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions"]
+__all__ = ["MAX_RESOURCE_VERSION", "SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions",
+           "parse_resource_version"]
 
 SYSTEM_NAMESPACES: Final = ("default", "kube-system", "kube-public")
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generateName suffixes
@@ -90,14 +103,23 @@ class Matcher:
         return self.fields.matches(values)
 
 
-def _parse_rv(value: str) -> int:
-    try:
-        rv = int(value)
-    except ValueError:
-        rv = -1
-    if rv < 0:
-        raise errors.bad_request(f'invalid resource version: "{value}"') from None
+MAX_RESOURCE_VERSION: Final = 2**63 - 2  # etcd revisions are int64, and a watch starts at resourceVersion + 1
+
+
+def parse_resource_version(value: str) -> int:
+    """A resourceVersion from a request (400 unless a decimal within 0..2^63-2)."""
+    rv = int(value) if value.isascii() and value.isdigit() and len(value) <= 19 else -1
+    if not 0 <= rv <= MAX_RESOURCE_VERSION:
+        raise errors.bad_request(f"invalid resource version: {json.dumps(value[:100])}") from None
     return rv
+
+
+def _phase(kv: KeyValue) -> str:
+    """``status.phase`` of a stored namespace."""
+    try:
+        return str((json.loads(kv.value).get("status") or {}).get("phase", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -247,7 +269,7 @@ class Registry:
         elif resource_version_match and resource_version == "":
             raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         elif resource_version not in ("", "0"):
-            rv = _parse_rv(resource_version)
+            rv = parse_resource_version(resource_version)
             if resource_version_match == "Exact" or (not resource_version_match and limit > 0):
                 read_rev = rv
             else:
@@ -296,10 +318,11 @@ class Registry:
     def _decode_continue(token: str, prefix: str) -> tuple[int, str]:
         try:
             data = json.loads(base64.urlsafe_b64decode(token.encode()))
-            rev, start = int(data["rv"]), str(data["start"])
-        except (ValueError, KeyError, TypeError):
+            rev, start = data["rv"], data["start"]
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise errors.bad_request("continue key is not valid: invalid token") from None
-        if rev <= 0 or ".." in start or start.startswith("/"):
+        if (not isinstance(rev, int) or isinstance(rev, bool) or not isinstance(start, str)
+                or not 0 < rev <= MAX_RESOURCE_VERSION or ".." in start or start.startswith("/")):
             raise errors.bad_request("continue key is not valid: invalid token")
         return rev, prefix + start
 
@@ -378,10 +401,7 @@ class Registry:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
         validate(rt, obj)
-        if rt.namespaced:
-            ns_kv, _ = self._backend_call(self.backend.get, self.key(NAMESPACES, None, str(namespace)))
-            if ns_kv is None:
-                raise errors.not_found("namespaces", str(namespace))
+        guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
             if opts.dry_run:
@@ -389,15 +409,32 @@ class Registry:
                 if kv is not None:
                     raise errors.already_exists(rt.qualified_name, meta["name"])
                 return obj
-            result = self._backend_call(self.backend.create, key, self.encode(rt, obj))
+            result = self._backend_call(self.backend.create, key, self.encode(rt, obj), guard)
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
                 return self.decode(result.kv)
+            if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
+                guard = self._namespace_guard(rt, namespace, meta["name"])
+                continue
             if not generate:
                 raise errors.already_exists(rt.qualified_name, meta["name"])
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
-        raise errors.already_exists(rt.qualified_name, meta["name"])
+        raise errors.conflict(rt.qualified_name, meta["name"], "the namespace or the name kept changing; try again")
+
+    def _namespace_guard(self, rt: ResourceType, namespace: str | None, name: str) -> tuple[str, int] | None:
+        """For a namespaced create: ``(namespace key, its mod_revision)``, the condition the create's transaction
+        carries, so that no object is created in a namespace that changed since this check (e.g. began
+        terminating).  404 if the namespace does not exist, 403 ``NamespaceTerminating`` while it terminates."""
+        if not rt.namespaced:
+            return None
+        ns_key = self.key(NAMESPACES, None, str(namespace))
+        ns_kv, _ = self._backend_call(self.backend.get, ns_key)
+        if ns_kv is None:
+            raise errors.not_found("namespaces", str(namespace))
+        if _phase(ns_kv) == "Terminating":
+            raise errors.namespace_terminating(rt.qualified_name, name, str(namespace))
+        return ns_key, ns_kv.mod_revision
 
     def _guaranteed_update(
         self,
@@ -531,8 +568,8 @@ class Registry:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
                 if not opts.dry_run:
-                    for contained in NAMESPACED:
-                        self._delete_all(contained, name)
+                    self._delete_namespace(key, kv, current)
+                return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
@@ -540,6 +577,36 @@ class Registry:
                 self._recent.forget(key)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
+
+    def _delete_namespace(self, key: str, kv: KeyValue, current: dict[str, Any]) -> None:
+        """Delete a namespace as kube-apiserver and its namespace controller do, in one call: mark it
+        ``Terminating`` (from then on creates in it get 403 ``NamespaceTerminating``; a create that checked the
+        namespace before is refused by its transaction's guard), delete everything in it, then the namespace."""
+        while True:
+            if current.get("status", {}).get("phase") != "Terminating":
+                marked = copy.deepcopy(current)
+                marked.setdefault("status", {})["phase"] = "Terminating"
+                marked["metadata"]["deletionTimestamp"] = format_time(self._clock())
+                result = self._backend_call(self.backend.update, key, self.encode(NAMESPACES, marked),
+                                            kv.mod_revision)
+                if not result.succeeded:
+                    if result.kv is None:
+                        return  # deleted meanwhile
+                    kv = result.kv
+                    current = self.decode(kv)
+                    continue
+                assert result.kv is not None
+                kv = result.kv
+                self._recent.put(kv)
+            name = current["metadata"]["name"]
+            for rt in NAMESPACED:
+                self._delete_all(rt, name)
+            result = self._backend_call(self.backend.delete, key, kv.mod_revision)
+            if result.succeeded or result.kv is None:
+                self._recent.forget(key)
+                return
+            kv = result.kv  # changed while terminating (a label, say): clean up again
+            current = self.decode(kv)
 
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, matcher: Matcher, opts: WriteOptions
@@ -573,17 +640,20 @@ class Registry:
         resource_version: str = "",
         allow_bookmarks: bool = False,
         send_initial_events: bool | None = None,
+        max_pending: int = DEFAULT_WATCH_BUFFER,
     ) -> ObjectWatch:
         """Start a watch.
 
         ``resourceVersion`` unset or ``0``: ADDED events for the current state,
         then changes (as kube-apiserver does).  ``N``: changes after N.
         ``sendInitialEvents=true`` also sends the current state first, ended by a
-        BOOKMARK annotated ``k8s.io/initial-events-end``.
+        BOOKMARK annotated ``k8s.io/initial-events-end``.  ``max_pending``: events the watch may hold
+        undelivered; a consumer further behind gets its watch ended (:meth:`ObjectWatch.next` raises EOFError and
+        ``overflowed`` is set), as kube-apiserver ends the watch of an unresponsive client.
         """
         prefix = self.collection_prefix(rt, namespace)
         initial: list[dict[str, Any]] = []
-        rv = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
+        rv = parse_resource_version(resource_version) if resource_version not in ("", "0") else 0
         if send_initial_events and not allow_bookmarks:
             raise errors.bad_request("sendInitialEvents requires allowWatchBookmarks=true")
         if resource_version in ("", "0") or send_initial_events:
@@ -600,7 +670,7 @@ class Registry:
                                      "annotations": {"k8s.io/initial-events-end": "true"}}}}
                 )
             rv = rev
-        backend_watch = self._backend_call(self.backend.watch, prefix, rv + 1)
+        backend_watch = self._backend_call(self.backend.watch, prefix, rv + 1, max_pending)
         w = ObjectWatch(self, rt, matcher, backend_watch, rv, initial, allow_bookmarks)
         with self._lock:
             self._watches.add(w)
@@ -641,6 +711,14 @@ class ObjectWatch:
         self._allow_bookmarks = allow_bookmarks
         self._ended = False
 
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` (from any thread, must not block) whenever :meth:`next` may have something new."""
+        self._watch.set_listener(listener)
+
+    @property
+    def overflowed(self) -> bool:
+        """True once the backend ended the watch because its consumer fell too far behind."""
+        return self._watch.overflowed
     def next(self, timeout: float | None) -> list[dict[str, Any]] | None:
         """Block up to ``timeout`` seconds for events; ``None`` on timeout.
 
@@ -657,6 +735,9 @@ class ObjectWatch:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 batch = self._watch.next(remaining)
+            except WatchOverflowError:
+                self._ended = True
+                raise EOFError("watch ended: the consumer fell behind") from None
             except CompactedError as exc:
                 self._ended = True
                 shown = exc.compacted or self._registry.backend.revision()

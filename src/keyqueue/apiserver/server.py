@@ -1,13 +1,16 @@
-"""The HTTP front end: Kubernetes REST paths for the resources of :mod:`.objects`.
+"""The HTTP front end: Kubernetes REST paths for every resource in :data:`~.objects.GROUP_VERSIONS`.
 
-Core resources live under ``/api/v1``, those of named groups (Leases) under
-``/apis/<group>/<version>``; the path layout below the prefix is the same.
+Served by aiohttp on one asyncio event loop (:mod:`keyqueue._httpserver`, which adds the connection limit, and the
+header, idle and body limits), HTTP/1.1 keep-alive and ``TCP_NODELAY`` (asyncio's default).  Storage calls that
+may block (etcd) run in a bounded thread pool; the in-memory backend is called on the loop.  Request bodies are
+always read in full (DELETE's too), counted as they arrive, so a keep-alive connection never desynchronises and
+no body beyond 3 MiB is held.  Answers are JSON; every error, also one aiohttp answers itself (a malformed
+request, an unknown method), is a ``Status`` object; watches are chunked streams of JSON lines, each with a bounded
+buffer: a watcher that stops reading has its watch ended, as kube-apiserver does.
 
-A stdlib :class:`http.server.ThreadingHTTPServer` with one thread per
-connection, HTTP/1.1 keep-alive and ``TCP_NODELAY`` (without it, delayed ACKs
-add ~40 ms to every request).  Request bodies are always read in full, also for
-DELETE, so a keep-alive connection never desynchronises.  Answers are JSON;
-errors are ``Status`` objects; watches are chunked streams of JSON lines.
+Paths: ``/api/v1/...`` for the core group and ``/apis/{group}/{version}/...`` for a resource type whose ``group``
+is set, each as ``[namespaces/{ns}/]{resource}[/{name}]`` and ``watch/...`` (namespaced types also list across
+namespaces at ``{resource}``).
 
 Server-side apply (``application/apply-patch+yaml``) is answered with 415
 Unsupported Media Type; kubectl then reports that server-side apply is not
@@ -18,52 +21,107 @@ which every client accepts.
 
 from __future__ import annotations
 
-import email.utils
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
 import hmac
 import json
 import logging
-import select
-import socket
+import math
 import ssl
 import threading
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs
 
-from keyqueue._httpserver import TrackingHTTPServer
+from aiohttp import web
+
+from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, read_body
 
 from . import discovery, errors
 from .errors import APIError
 from .objects import ResourceType, resource_for, to_table
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
-from .registry import ObjectWatch, Registry, WriteOptions
+from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
+from .storage import DEFAULT_WATCH_BUFFER
 
-__all__ = ["APIServer"]
+__all__ = ["MAX_JSON_DEPTH", "MAX_WATCH_SECONDS", "APIServer"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 _APPLY_PATCH: Final = "application/apply-patch+yaml"
 _UNAUTHENTICATED_PATHS: Final = frozenset({"/version", "/healthz", "/livez", "/readyz"})
-_MAX_BODY: Final = 3 * 1024 * 1024  # kube-apiserver's limit for request bodies
 _LIVENESS_POLL: Final = 1.0  # seconds between checks that an idle watch's client is still there
+_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_READY_TIMEOUT: Final = 2.0  # seconds /readyz waits for storage
+MAX_JSON_DEPTH: Final = 100  # nesting of a request body's JSON (kube-apiserver's decoder also caps it)
+MAX_WATCH_SECONDS: Final = 2**31 - 1  # the largest timeoutSeconds accepted (int32, as in ListOptions)
+_REASONS: Final = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+                   408: "Timeout", 413: "RequestEntityTooLarge", 414: "RequestURITooLong", 415: "UnsupportedMediaType",
+                   422: "Invalid", 431: "RequestHeaderFieldsTooLarge", 501: "BadRequest"}
+
+
+def _status_body(code: int, message: str) -> tuple[bytes, str]:
+    """A ``Status`` for an error aiohttp answers itself (malformed request, unknown method, ...)."""
+    if code == 501:  # llhttp's "unknown method" is a client error here
+        code = 405
+    reason = _REASONS.get(code, "BadRequest" if code < 500 else "InternalError")
+    status = APIError(code, reason, message).status()
+    return json.dumps(status, separators=(",", ":")).encode(), "application/json"
+
+
+def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """400 if a decoded JSON value nests deeper than ``max_depth``, holds a string that is not valid Unicode (a lone
+    surrogate) or a non-finite number.  Iterative: a deep value cannot exhaust the stack here."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise errors.bad_request("invalid JSON: a string holds a lone UTF-16 surrogate") from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise errors.bad_request("invalid JSON: a number is out of range")
+        elif isinstance(item, dict | list):
+            if depth > max_depth:
+                raise errors.bad_request(f"invalid JSON: nested deeper than {max_depth} levels")
+            if isinstance(item, dict):
+                stack.extend((k, depth) for k in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def _loads(raw: bytes, what: str) -> Any:
+    try:
+        value = json.loads(raw or b"null")
+    except (ValueError, RecursionError) as exc:
+        raise errors.bad_request(f"{what}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    check_json(value)
+    return value
 
 
 class _Request:
     """The parts of one request the routes need."""
 
-    __slots__ = ("body", "content_type", "method", "path", "query", "table", "table_include")
+    __slots__ = ("body", "content_type", "http", "method", "path", "query", "table", "table_include")
 
-    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes, content_type: str,
-                 accept: str) -> None:
-        self.method = method
+    def __init__(self, http: web.BaseRequest, path: str, query: dict[str, list[str]], body: bytes) -> None:
+        self.http = http
+        self.method = http.method
         self.path = path
         self.query = query
         self.body = body
-        self.content_type = content_type
-        self.table = _wants_table(accept)
+        self.content_type = http.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        self.table = _wants_table(http.headers.get("Accept", ""))
         self.table_include = self.arg("includeObject", "Metadata")
 
     def arg(self, name: str, default: str = "") -> str:
@@ -73,12 +131,14 @@ class _Request:
     def flag(self, name: str) -> bool:
         return self.arg(name).lower() in ("true", "1")
 
-    def int_arg(self, name: str) -> int:
+    def int_arg(self, name: str, maximum: int = 2**63 - 1) -> int:
+        """A non-negative integer query parameter (0 if absent); 400 if malformed, negative or above ``maximum``."""
         raw = self.arg(name, "0") or "0"
-        try:
-            return int(raw)
-        except ValueError:
-            raise errors.bad_request(f"invalid {name}: {raw!r}") from None
+        value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 19 else -1
+        if not 0 <= value <= maximum:
+            raise errors.bad_request(f"invalid {name}: {json.dumps(raw[:100])}: must be an integer within "
+                                     f"0..{maximum}")
+        return value
 
 
 def _wants_table(accept: str) -> bool:
@@ -89,210 +149,60 @@ def _wants_table(accept: str) -> bool:
     return False
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # TCP_NODELAY
-    server: _HTTPServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    # -- plumbing
-    def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-                if sum(map(len, parts)) > _MAX_BODY:
-                    raise ValueError("request body too large")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _MAX_BODY:
-            raise ValueError("request body too large")
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _head(self, code: int, headers: list[tuple[str, str]]) -> bytes:
-        try:
-            phrase = HTTPStatus(code).phrase
-        except ValueError:
-            phrase = ""
-        lines = [f"HTTP/1.1 {code} {phrase}", f"Date: {email.utils.formatdate(usegmt=True)}"]
-        lines += [f"{k}: {v}" for k, v in headers]
-        if self.close_connection:
-            lines.append("Connection: close")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-
-    def _send(self, code: int, body: bytes, content_type: str = "application/json",
-              warnings: list[str] | None = None) -> None:
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                   ("Cache-Control", "no-cache, private")]
-        for w in warnings or ():
-            headers.append(("Warning", '299 - "' + w.replace('"', '\\"') + '"'))
-        self.wfile.write(self._head(code, headers) + body)
-        self.log_request(code, len(body))
-
-    def _send_json(self, code: int, obj: Any, warnings: list[str] | None = None) -> None:
-        self._send(code, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), warnings=warnings)
-
-    def _handle(self, method: str) -> None:
-        try:
-            body = self._read_body()
-        except (ValueError, OSError) as exc:
-            self.close_connection = True  # the rest of the body was not read: the connection is done
-            code, reason = (413, "RequestEntityTooLarge") if "too large" in str(exc) else (400, "BadRequest")
-            self._send_json(code, errors.APIError(code, reason, f"request body: {exc}").status())
-            return
-        url = urlsplit(self.path)
-        request = _Request(method, url.path.rstrip("/") or "/", parse_qs(url.query, keep_blank_values=True), body,
-                           self.headers.get("Content-Type", "").split(";")[0].strip().lower(),
-                           self.headers.get("Accept", ""))
-        try:
-            self._authorize(request.path)
-            self.server.api.route(self, request)
-        except APIError as exc:
-            self._send_json(exc.code, exc.status())
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-        except Exception as exc:
-            log.exception("internal error serving %s %s", method, self.path)
-            self._send_json(500, errors.internal_error(repr(exc)).status())
-
-    def _authorize(self, path: str) -> None:
-        token = self.server.api.token
-        if token is None or path in _UNAUTHENTICATED_PATHS:
-            return
-        header = self.headers.get("Authorization", "")
-        if not header.startswith("Bearer ") or not hmac.compare_digest(header[7:].strip(), token):
-            raise errors.unauthorized()
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-    # -- watch streaming (chunked transfer encoding)
-    def stream_watch(self, watch: ObjectWatch, request: _Request, timeout: float) -> None:
-        api = self.server.api
-        self.wfile.write(self._head(200, [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked"),
-                                          ("Cache-Control", "no-cache, private")]))
-        self.log_request(200)
-        now = time.monotonic()
-        deadline = now + timeout
-        next_bookmark = now + api.bookmark_interval
-        ok = True
-        try:
-            while ok and not api.stopping:
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                wake = min(deadline, next_bookmark, now + _LIVENESS_POLL)
-                try:
-                    events = watch.next(max(0.0, wake - now))
-                except EOFError:
-                    break
-                if events:
-                    ok = self._write_events(watch.rt, events, request)
-                    next_bookmark = time.monotonic() + api.bookmark_interval
-                    continue
-                now = time.monotonic()
-                if now >= next_bookmark:
-                    next_bookmark = now + api.bookmark_interval
-                    bookmark = watch.bookmark()
-                    if bookmark is not None:
-                        ok = self._write_events(watch.rt, [bookmark], request)
-                if ok and self._client_gone():
-                    ok = False
-            if ok:
-                self.wfile.write(b"0\r\n\r\n")
-            else:
-                self.close_connection = True
-        except OSError:
-            self.close_connection = True
-        finally:
-            watch.close()
-
-    def _write_events(self, rt: ResourceType, events: list[dict[str, Any]], request: _Request) -> bool:
-        lines = []
-        for event in events:
-            if request.table and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                obj = event["object"]
-                event = {"type": event["type"], "object": to_table(
-                    rt, [obj], obj["metadata"]["resourceVersion"], time.time(), request.table_include)}
-            lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
-        data = b"".join(lines)
-        try:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        except OSError:
-            return False
-        return True
-
-    def _client_gone(self) -> bool:
-        """True if the client closed its side (a watch client never sends more data)."""
-        sock = self.connection
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
-                return False
-            if isinstance(sock, ssl.SSLSocket):
-                # TLS cannot peek; a readable socket may carry only a TLS record (no
-                # application data), so read without blocking.
-                sock.setblocking(False)
-                try:
-                    return not sock.recv(1)
-                except ssl.SSLWantReadError:
-                    return False
-                finally:
-                    sock.setblocking(True)
-            return not sock.recv(1, socket.MSG_PEEK)
-        except (OSError, ValueError):
-            return True
+def _json_response(code: int, obj: Any, warnings: list[str] | None = None) -> web.Response:
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    resp = web.Response(status=code, body=body, content_type="application/json")
+    resp.headers["Cache-Control"] = "no-cache, private"
+    for w in warnings or ():
+        resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
+    return resp
 
 
-class _HTTPServer(TrackingHTTPServer):
-    """The API server's HTTP server: connection tracking from :class:`TrackingHTTPServer`, plus the TLS
-    handshake in each connection's own thread."""
+class _WatchStream:
+    """Loop-side state of one watch response: woken by the storage thread that queued an event."""
 
-    thread_name = "apiserver-conn"
+    def __init__(self, loop: asyncio.AbstractEventLoop, watch: ObjectWatch, request: web.BaseRequest) -> None:
+        self.loop = loop
+        self.watch = watch
+        self.request = request
+        self.wake = asyncio.Event()
+        self.ended = False
 
-    def __init__(self, address: tuple[str, int], api: APIServer) -> None:
-        self.api = api
-        super().__init__(address, _Handler)
+    def notify(self) -> None:  # any thread
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is over anyway
+            self.loop.call_soon_threadsafe(self._on_loop)
 
-    def prepare_connection(self, request: Any) -> None:
-        if isinstance(request, ssl.SSLSocket):
-            request.settimeout(10)
-            request.do_handshake()
-            request.settimeout(None)
+    def _on_loop(self) -> None:
+        self.wake.set()
+        if self.watch.overflowed:  # the client stopped reading: its write may be stuck, so cut the connection
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()
+
+    def end(self) -> None:
+        self.ended = True
+        self.wake.set()
 
 
 class APIServer:
     """Serves the Kubernetes REST API subset for one :class:`Registry` on one loopback port.
 
-    :meth:`start` binds and serves from a background thread; :meth:`stop` stops
-    accepting, ends open watches (their streams end cleanly with the last chunk),
-    closes every connection and waits for the connection threads.  A stopped
-    server can be started again; with ``port`` fixed it binds the same port.
+    :meth:`start` binds and serves from a background thread (an asyncio loop); :meth:`stop` stops accepting, ends
+    open watches (their streams end cleanly with the last chunk), closes every connection and waits for the
+    server's thread and its storage threads.  A stopped server can be started again; with ``port`` fixed it binds
+    the same port.
 
     ``token``: if set, every request except ``/version`` and the health checks
     needs ``Authorization: Bearer <token>`` (401 otherwise).  ``ssl_context``:
     serve HTTPS.  ``bookmark_interval``: how often an idle watch that asked for
     bookmarks gets a BOOKMARK.  ``max_watch_seconds``: watches without
     ``timeoutSeconds`` end after this long (kube-apiserver: 30-60 min).
+    ``limits``: connection, header, idle and body limits (:class:`~keyqueue._httpserver.HTTPLimits`).
+    ``watch_buffer``: events one watch may hold undelivered before the server ends it (a client that stops
+    reading).  ``storage_threads``: the bound of the thread pool that runs blocking storage calls.
+
+    ``/healthz`` and ``/livez`` answer 200 while the server runs; ``/readyz`` answers 200 only if storage answers
+    within 2 s (503 otherwise).
     """
 
     def __init__(
@@ -305,19 +215,33 @@ class APIServer:
         ssl_context: ssl.SSLContext | None = None,
         bookmark_interval: float = 1.0,
         max_watch_seconds: float = 1800.0,
+        limits: HTTPLimits | None = None,
+        watch_buffer: int = DEFAULT_WATCH_BUFFER,
+        storage_threads: int = 16,
     ) -> None:
+        if not isinstance(watch_buffer, int) or isinstance(watch_buffer, bool) or watch_buffer < 1:
+            raise ValueError(f"watch_buffer must be a positive int, got {type(watch_buffer).__name__}: "
+                             f"{watch_buffer!r}")
+        if not isinstance(storage_threads, int) or isinstance(storage_threads, bool) or storage_threads < 1:
+            raise ValueError(f"storage_threads must be a positive int, got {type(storage_threads).__name__}: "
+                             f"{storage_threads!r}")
         self.registry = registry
         self.host = host
         self.port = port
         self.token = token
+        self._token_bytes = token.encode() if token is not None else None
         self.ssl_context = ssl_context
         self.bookmark_interval = bookmark_interval
         self.max_watch_seconds = max_watch_seconds
+        self.limits = limits or HTTPLimits()
+        self.watch_buffer = watch_buffer
+        self.storage_threads = storage_threads
         self.stopping = False
         self._lock = threading.Lock()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._watches: set[ObjectWatch] = set()
+        self._http: BackgroundHTTPServer | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._streams: set[_WatchStream] = set()  # loop thread only
+        self._blocking = bool(getattr(registry.backend, "blocking", True))
 
     @property
     def url(self) -> str:
@@ -327,49 +251,108 @@ class APIServer:
     @property
     def running(self) -> bool:
         with self._lock:
-            return self._httpd is not None
+            return self._http is not None
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (0 when stopped)."""
+        http = self._http
+        return http.open_connections if http is not None else 0
 
     def start(self) -> None:
         """Bind (port 0 = a free port, remembered for restarts) and serve in a daemon thread."""
         with self._lock:
-            if self._httpd is not None:
+            if self._http is not None:
                 raise RuntimeError("API server already running")
-            httpd = _HTTPServer((self.host, self.port), self)
-            if self.ssl_context is not None:
-                httpd.socket = self.ssl_context.wrap_socket(httpd.socket, server_side=True,
-                                                            do_handshake_on_connect=False)
-            self.port = httpd.server_address[1]
             self.stopping = False
-            self._httpd = httpd
-            self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                            name=f"apiserver :{self.port}", daemon=True)
-            self._thread.start()
+            executor = concurrent.futures.ThreadPoolExecutor(self.storage_threads,
+                                                             thread_name_prefix="apiserver-storage")
+            http = BackgroundHTTPServer(self._handle, self.host, self.port, limits=self.limits,
+                                        ssl_context=self.ssl_context, error_body=_status_body,
+                                        name="apiserver", before_stop=self._end_streams)
+            try:
+                http.start()
+            except BaseException:
+                executor.shutdown(wait=False)
+                raise
+            self.port = http.port
+            self._http, self._executor = http, executor
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving; blocks until connection threads ended (up to ``timeout`` s).  Idempotent."""
+        """Stop serving; blocks until the server's threads ended (up to ``timeout`` s each).  Idempotent."""
         with self._lock:
-            httpd, thread = self._httpd, self._thread
-            self._httpd = self._thread = None
-            if httpd is None:
+            http, executor = self._http, self._executor
+            self._http = self._executor = None
+            if http is None:
                 return
             self.stopping = True
-            watches = list(self._watches)
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join(timeout)
-        for w in watches:
-            w.close()
-        httpd.close_all(timeout)
+        http.stop(timeout)
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    async def _end_streams(self) -> None:
+        for stream in list(self._streams):
+            stream.end()
+        deadline = time.monotonic() + 2.0
+        while self._streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a storage call: on the loop for a non-blocking backend, else in the bounded thread pool."""
+        if not self._blocking:
+            return fn(*args)
+        executor = self._executor
+        if executor is None:
+            raise errors.APIError(503, "ServiceUnavailable", "the server is shutting down")
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
+
+    # ------------------------------------------------------------------ request plumbing
+    async def _handle(self, http: web.BaseRequest) -> web.StreamResponse:
+        try:
+            body = await read_body(http, self.limits)
+        except BodyError as exc:
+            resp = _json_response(exc.code, APIError(exc.code, _REASONS.get(exc.code, "BadRequest"),
+                                                     str(exc)).status())
+            resp.force_close()  # the rest of the body was not read: the connection is done
+            return resp
+        try:
+            path = http.path.rstrip("/") or "/"
+            request = _Request(http, path, parse_qs(http.query_string, keep_blank_values=True), body)
+            self._authorize(http, path)
+            return await self.route(request)
+        except APIError as exc:
+            return _json_response(exc.code, exc.status())
+        except UnicodeError as exc:
+            return _json_response(400, errors.bad_request(f"invalid text in the request: {exc}").status())
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("internal error serving %s %s", http.method, http.path_qs)
+            return _json_response(500, errors.internal_error(repr(exc)).status())
+
+    def _authorize(self, http: web.BaseRequest, path: str) -> None:
+        token = self._token_bytes
+        if token is None or path in _UNAUTHENTICATED_PATHS:
+            return
+        header = http.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            raise errors.unauthorized()
+        given = header[7:].strip().encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, token):
+            raise errors.unauthorized()
 
     # ------------------------------------------------------------------ routing
-    def route(self, h: _Handler, req: _Request) -> None:
+    async def route(self, req: _Request) -> web.StreamResponse:
+        if req.method not in _METHODS:
+            raise errors.method_not_allowed(req.method)
         parts = [p for p in req.path.split("/") if p]
-        if req.method == "GET" and len(parts) <= 5 and self._static(h, req, parts):
-            return
-        if parts[:1] == ["api"] and len(parts) >= 3:
+        if req.method == "GET":
+            static = await self._static(req, parts)
+            if static is not None:
+                return static
+        if len(parts) >= 3 and parts[0] == "api":
             group_version, rest = parts[1], parts[2:]
-        elif parts[:1] == ["apis"] and len(parts) >= 4:
+        elif len(parts) >= 4 and parts[0] == "apis":
             group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
         else:
             raise errors.path_not_found()
@@ -378,6 +361,8 @@ class APIServer:
             rest = rest[1:]
             if req.method != "GET":
                 raise errors.method_not_allowed(req.method)
+            if not rest:
+                raise errors.path_not_found()
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -390,36 +375,49 @@ class APIServer:
                 raise errors.path_not_found()
         name = rest[1] if len(rest) == 2 else None
         if watch_path or (req.method == "GET" and name is None and req.flag("watch")):
-            self._watch(h, req, rt, namespace, name)
-        elif name is None:
-            self._collection(h, req, rt, namespace)
-        else:
-            self._item(h, req, rt, namespace, name)
+            return await self._watch(req, rt, namespace, name)
+        if name is None:
+            return await self._collection(req, rt, namespace)
+        return await self._item(req, rt, namespace, name)
 
-    def _static(self, h: _Handler, req: _Request, parts: list[str]) -> bool:
+    async def _static(self, req: _Request, parts: list[str]) -> web.StreamResponse | None:
+        if len(parts) > 5:
+            return None
         path = "/" + "/".join(parts)
         if path == "/version":
-            h._send_json(200, discovery.version_info())
-        elif path == "/api":
-            h._send_json(200, discovery.api_versions(f"{self.host}:{self.port}"))
-        elif path == "/apis":
-            h._send_json(200, discovery.api_group_list())
-        elif path == "/openapi/v3":
-            h._send_json(200, discovery.openapi_v3_root())
-        elif path.startswith("/openapi/v3/") and (doc := discovery.openapi_v3_bytes(path[12:])) is not None:
-            h._send(200, doc)
-        elif parts[:1] == ["apis"] and len(parts) == 2 and (group := discovery.api_group(parts[1])) is not None:
-            h._send_json(200, group)
-        elif (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
+            return _json_response(200, discovery.version_info())
+        if path == "/api":
+            return _json_response(200, discovery.api_versions(f"{self.host}:{self.port}"))
+        if path == "/apis":
+            return _json_response(200, discovery.api_group_list())
+        if path == "/openapi/v3":
+            return _json_response(200, discovery.openapi_v3_root())
+        if path.startswith("/openapi/v3/") and (doc := discovery.openapi_v3_bytes(path[12:])) is not None:
+            return web.Response(status=200, body=doc, content_type="application/json")
+        if parts[:1] == ["apis"] and len(parts) == 2 and (group := discovery.api_group(parts[1])) is not None:
+            return _json_response(200, group)
+        if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
             resources = discovery.api_resource_list("/".join(parts[1:]))
-            if resources is None:
-                return False
-            h._send_json(200, resources)
-        elif path in ("/healthz", "/livez", "/readyz"):
-            h._send(200, b"ok", "text/plain; charset=utf-8")
-        else:
-            return False
-        return True
+            if resources is not None:
+                return _json_response(200, resources)
+            return None
+        if path in ("/healthz", "/livez"):
+            return web.Response(status=200, body=b"ok", content_type="text/plain", charset="utf-8")
+        if path == "/readyz":
+            return await self._readyz()
+        return None
+
+    async def _readyz(self) -> web.StreamResponse:
+        backend = self.registry.backend
+        try:
+            if self._blocking:
+                await asyncio.wait_for(self._call(backend.check, _READY_TIMEOUT), _READY_TIMEOUT + 0.5)
+            else:
+                backend.check(_READY_TIMEOUT)
+        except Exception as exc:
+            text = f"[-]storage failed: {type(exc).__name__}: {exc}\nreadyz check failed\n"
+            return web.Response(status=503, body=text.encode(), content_type="text/plain", charset="utf-8")
+        return web.Response(status=200, body=b"ok", content_type="text/plain", charset="utf-8")
 
     @staticmethod
     def _options(req: _Request) -> WriteOptions:
@@ -434,104 +432,153 @@ class APIServer:
             return decode_object(req.body)
         if req.content_type not in ("application/json", "", "*/*"):
             raise errors.unsupported_media_type(req.content_type, ["application/json", PROTOBUF])
-        try:
-            return json.loads(req.body or b"null")
-        except ValueError as exc:
-            raise errors.bad_request(
-                f"{rt.kind} in version \"{rt.version}\" cannot be handled as a {rt.kind}: {exc}") from None
+        return _loads(req.body, f"{rt.kind} in version \"{rt.api_version}\" cannot be handled as a {rt.kind}")
 
-    def _reply_object(self, h: _Handler, req: _Request, rt: ResourceType, code: int, obj: dict[str, Any],
-                      warnings: list[str] | None = None) -> None:
-        if req.table and req.method == "GET":
-            table = to_table(rt, [obj], obj["metadata"].get("resourceVersion", ""), time.time(), req.table_include)
-            h._send_json(code, table, warnings)
-        else:
-            h._send_json(code, obj, warnings)
-
-    def _collection(self, h: _Handler, req: _Request, rt: ResourceType, namespace: str | None) -> None:
+    async def _collection(self, req: _Request, rt: ResourceType, namespace: str | None) -> web.StreamResponse:
         reg = self.registry
         if req.method == "GET":
             matcher = reg.matcher(rt, req.arg("labelSelector"), req.arg("fieldSelector"))
-            items, meta = reg.list_objects(rt, namespace, matcher, req.arg("resourceVersion"),
-                                   req.arg("resourceVersionMatch"), req.int_arg("limit"), req.arg("continue"))
+            limit = req.int_arg("limit")
+            items, meta = await self._call(reg.list_objects, rt, namespace, matcher, req.arg("resourceVersion"),
+                                           req.arg("resourceVersionMatch"), limit, req.arg("continue"))
             if req.table:
                 for obj in items:
                     obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
-                h._send_json(200, to_table(rt, items, meta["resourceVersion"], time.time(), req.table_include,
-                                           {k: v for k, v in meta.items() if k != "resourceVersion"}))
-            else:
-                h._send_json(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                                   "items": items})
-        elif req.method == "POST":
+                return _json_response(200, to_table(rt, items, meta["resourceVersion"], time.time(),
+                                                    req.table_include,
+                                                    {k: v for k, v in meta.items() if k != "resourceVersion"}))
+            return _json_response(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                                        "items": items})
+        if req.method == "POST":
             if rt.namespaced and namespace is None:
                 raise errors.method_not_allowed("POST")
             opts = self._options(req)
-            obj = reg.create(rt, namespace, self._json_body(req, rt), opts)
-            h._send_json(201, obj, opts.warnings)
-        elif req.method == "DELETE" and rt.namespaced and namespace is not None:
+            body = self._json_body(req, rt)
+            obj = await self._call(reg.create, rt, namespace, body, opts)
+            return _json_response(201, obj, opts.warnings)
+        if req.method == "DELETE" and rt.namespaced and namespace is not None:
             opts = self._options(req)
             matcher = reg.matcher(rt, req.arg("labelSelector"), req.arg("fieldSelector"))
-            items, meta = reg.delete_collection(rt, namespace, matcher, opts)
-            h._send_json(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                               "items": items})
-        else:
-            raise errors.method_not_allowed(req.method)
+            items, meta = await self._call(reg.delete_collection, rt, namespace, matcher, opts)
+            return _json_response(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                                        "items": items})
+        raise errors.method_not_allowed(req.method)
 
-    def _item(self, h: _Handler, req: _Request, rt: ResourceType, namespace: str | None, name: str) -> None:
+    async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str) -> web.StreamResponse:
         reg = self.registry
         if req.method == "GET":
-            self._reply_object(h, req, rt, 200, reg.get(rt, namespace, name))
-        elif req.method == "PUT":
+            obj = await self._call(reg.get, rt, namespace, name)
+            if req.table:
+                return _json_response(200, to_table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                                                    time.time(), req.table_include))
+            return _json_response(200, obj)
+        if req.method == "PUT":
             opts = self._options(req)
-            obj = reg.update(rt, namespace, name, self._json_body(req, rt), opts)
-            h._send_json(200, obj, opts.warnings)
-        elif req.method == "PATCH":
-            if req.content_type == _APPLY_PATCH:
+            body = self._json_body(req, rt)
+            obj = await self._call(reg.update, rt, namespace, name, body, opts)
+            return _json_response(200, obj, opts.warnings)
+        if req.method == "PATCH":
+            if req.content_type not in PATCH_TYPES:  # server-side apply (_APPLY_PATCH) included
                 raise errors.unsupported_media_type(req.content_type, list(PATCH_TYPES))
-            if req.content_type not in PATCH_TYPES:
-                raise errors.unsupported_media_type(req.content_type, list(PATCH_TYPES))
-            try:
-                patch = json.loads(req.body or b"null")
-            except ValueError as exc:
-                raise errors.bad_request(f"error decoding patch: {exc}") from None
+            patch = _loads(req.body, "error decoding patch")
             opts = self._options(req)
-            obj = reg.patch(rt, namespace, name, req.content_type, patch, opts)
-            h._send_json(200, obj, opts.warnings)
-        elif req.method == "DELETE":
+            obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts)
+            return _json_response(200, obj, opts.warnings)
+        if req.method == "DELETE":
             opts = self._options(req)
             preconditions = None
             if req.body.strip():
-                try:
-                    delete_options = json.loads(req.body)
-                except ValueError:
-                    raise errors.bad_request("malformed DeleteOptions body") from None
+                delete_options = _loads(req.body, "malformed DeleteOptions body")
                 if isinstance(delete_options, dict):
                     preconditions = delete_options.get("preconditions")
                     if delete_options.get("dryRun") == ["All"]:
                         opts.dry_run = True
-            h._send_json(200, reg.delete(rt, namespace, name, preconditions, opts))
-        else:
-            raise errors.method_not_allowed(req.method)
+            return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
+        raise errors.method_not_allowed(req.method)
 
-    def _watch(self, h: _Handler, req: _Request, rt: ResourceType, namespace: str | None, name: str | None) -> None:
+    # ------------------------------------------------------------------ watch
+    async def _watch(self, req: _Request, rt: ResourceType, namespace: str | None,
+                     name: str | None) -> web.StreamResponse:
+        # Every parameter is checked before anything is opened: a bad request leaves nothing behind.
         field_selector = req.arg("fieldSelector")
         if name is not None:  # .../watch/.../NAME: a watch on one object
             field_selector = f"metadata.name={name}" + (f",{field_selector}" if field_selector else "")
         matcher = self.registry.matcher(rt, req.arg("labelSelector"), field_selector)
+        timeout = float(req.int_arg("timeoutSeconds", MAX_WATCH_SECONDS)) or self.max_watch_seconds
         send_initial = req.arg("sendInitialEvents")
-        watch = self.registry.watch(
-            rt, namespace, matcher, req.arg("resourceVersion"), req.flag("allowWatchBookmarks"),
-            send_initial.lower() == "true" if send_initial else None,
+        if send_initial.lower() not in ("", "true", "false"):
+            raise errors.bad_request(f"invalid sendInitialEvents: {json.dumps(send_initial[:100])}")
+        allow_bookmarks = req.flag("allowWatchBookmarks")
+        resource_version = req.arg("resourceVersion")
+        if resource_version not in ("", "0"):
+            parse_resource_version(resource_version)
+        if self.stopping:
+            raise errors.APIError(503, "ServiceUnavailable", "the server is shutting down")
+        watch = await self._call(
+            self.registry.watch, rt, namespace, matcher, resource_version, allow_bookmarks,
+            send_initial.lower() == "true" if send_initial else None, self.watch_buffer,
         )
-        timeout = float(req.int_arg("timeoutSeconds")) or self.max_watch_seconds
-        with self._lock:
-            if self.stopping:
-                watch.close()
-                raise errors.APIError(503, "ServiceUnavailable", "the server is shutting down")
-            self._watches.add(watch)
+        stream = _WatchStream(asyncio.get_running_loop(), watch, req.http)
+        self._streams.add(stream)
         try:
-            h.stream_watch(watch, req, timeout)
+            watch.set_listener(stream.notify)
+            return await self._stream_watch(stream, req, timeout)
         finally:
-            with self._lock:
-                self._watches.discard(watch)
+            self._streams.discard(stream)
+            watch.set_listener(None)
+            await self._call(watch.close)
 
+    async def _stream_watch(self, stream: _WatchStream, req: _Request, timeout: float) -> web.StreamResponse:
+        http = req.http
+        watch = stream.watch
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                       "Cache-Control": "no-cache, private"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(http)
+        now = time.monotonic()
+        deadline = now + timeout
+        next_bookmark = now + self.bookmark_interval
+        try:
+            while not stream.ended:
+                stream.wake.clear()
+                try:
+                    events = watch.next(0)
+                except EOFError:
+                    break
+                if events:
+                    await resp.write(self._encode_events(watch.rt, events, req))
+                    next_bookmark = time.monotonic() + self.bookmark_interval
+                    continue
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if now >= next_bookmark:
+                    next_bookmark = now + self.bookmark_interval
+                    bookmark = watch.bookmark()
+                    if bookmark is not None:
+                        await resp.write(self._encode_events(watch.rt, [bookmark], req))
+                    continue
+                transport = http.transport
+                if transport is None or transport.is_closing():
+                    return resp  # the client is gone
+                wait = min(deadline, next_bookmark, now + _LIVENESS_POLL) - now
+                try:
+                    async with asyncio.timeout(max(0.0, wait)):
+                        await stream.wake.wait()
+                except TimeoutError:
+                    pass
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):  # the client went away (or the write hit a closed transport)
+            resp.force_close()
+        return resp
+
+    @staticmethod
+    def _encode_events(rt: ResourceType, events: list[dict[str, Any]], req: _Request) -> bytes:
+        lines = []
+        for event in events:
+            if req.table and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                obj = event["object"]
+                event = {"type": event["type"], "object": to_table(
+                    rt, [obj], obj["metadata"]["resourceVersion"], time.time(), req.table_include)}
+            lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+        return b"".join(lines)

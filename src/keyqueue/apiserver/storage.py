@@ -22,11 +22,12 @@ import abc
 import bisect
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 __all__ = [
+    "DEFAULT_WATCH_BUFFER",
     "Backend",
     "BackendUnavailableError",
     "BackendWatch",
@@ -39,6 +40,7 @@ __all__ = [
     "TxnResult",
     "WatchBatch",
     "WatchEvent",
+    "WatchOverflowError",
     "prefix_end",
 ]
 
@@ -67,6 +69,14 @@ class FutureRevisionError(StorageError):
 
 class BackendUnavailableError(StorageError):
     """The backend cannot be reached (etcd stopped, channel closed, ...)."""
+
+
+class WatchOverflowError(StorageError):
+    """A watch's consumer fell more than its buffer behind; the backend ended the watch (nothing was dropped
+    silently: every event before the overflow was delivered, none after it)."""
+
+
+DEFAULT_WATCH_BUFFER: Final = 1000  # events a watch may hold undelivered before the backend ends it
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +142,30 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 class BackendWatch(abc.ABC):
-    """A stream of changes under one key prefix.  Safe to close from any thread."""
+    """A stream of changes under one key prefix.  Safe to close from any thread.
+
+    At most ``max_pending`` events (given to :meth:`Backend.watch`) wait undelivered; when a consumer falls further
+    behind, the backend ends the watch: :meth:`next` raises :class:`WatchOverflowError` after the events queued
+    before it.  A listener set with :meth:`set_listener` is called (from whichever thread produced it) after every
+    item queued, so that an event loop can wait for it without a blocked thread.
+    """
+
+    _listener: Callable[[], None] | None = None
+    _overflowed = False
+
+    @property
+    def overflowed(self) -> bool:
+        """True once the backend ended this watch because its consumer fell behind (any thread may ask)."""
+        return self._overflowed
+
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener()`` after every batch or error queued from now on (it must not block)."""
+        self._listener = listener
+
+    def _notify(self) -> None:
+        listener = self._listener
+        if listener is not None:
+            listener()
 
     @abc.abstractmethod
     def next(self, timeout: float | None) -> WatchBatch | None:
@@ -176,8 +209,13 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def create(self, key: str, value: bytes) -> TxnResult:
-        """Put ``value`` if the key does not exist (etcd txn on ``version == 0``)."""
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
+        """Put ``value`` if the key does not exist (etcd txn on ``version == 0``).
+
+        ``guard`` = ``(other_key, mod_revision)``: also require, in the same transaction, that ``other_key`` still
+        has that ``mod_revision`` (a namespaced object is created only while its namespace is unchanged).  On
+        failure ``kv`` is the key's current state; ``None`` there means the guard failed.
+        """
 
     @abc.abstractmethod
     def update(self, key: str, value: bytes, mod_revision: int) -> TxnResult:
@@ -187,12 +225,19 @@ class Backend(abc.ABC):
     def delete(self, key: str, mod_revision: int) -> TxnResult:
         """Delete the key if its ``mod_revision`` equals ``mod_revision``."""
 
+    blocking: bool = True  # calls may wait on I/O (an event loop must call them from an executor)
+
     @abc.abstractmethod
-    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+    def watch(self, prefix: str, start_revision: int, max_pending: int = DEFAULT_WATCH_BUFFER) -> BackendWatch:
         """Watch keys under ``prefix`` for changes at revisions >= ``start_revision``.
 
-        ``start_revision`` 0 means "changes after the current revision".
+        ``start_revision`` 0 means "changes after the current revision".  ``max_pending``: see
+        :class:`BackendWatch` (the replay of past revisions at the start counts as one batch and is not limited).
         """
+
+    def check(self, timeout: float) -> None:
+        """Raise :class:`BackendUnavailableError` unless the backend answers within ``timeout`` seconds."""
+        self.revision()
 
     @abc.abstractmethod
     def revision(self) -> int:
@@ -217,12 +262,24 @@ class Backend(abc.ABC):
 
 
 class _MemoryWatch(BackendWatch):
-    def __init__(self, backend: MemoryBackend, prefix: str, start_revision: int) -> None:
+    def __init__(self, backend: MemoryBackend, prefix: str, start_revision: int, max_pending: int) -> None:
         self._backend = backend
         self.prefix = prefix
         self.start_revision = start_revision
+        self.max_pending = max_pending
         self.queue: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._closed = False
+
+    def offer(self, batch: WatchBatch | BaseException) -> bool:
+        """Queue ``batch`` (called with the backend lock held); False when the watch overflowed and was ended."""
+        if self.queue.qsize() >= self.max_pending:
+            self._overflowed = True
+            self.queue.put(WatchOverflowError(f"watch consumer more than {self.max_pending} events behind"))
+            self._notify()
+            return False
+        self.queue.put(batch)
+        self._notify()
+        return True
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         if self._closed and self.queue.empty():
@@ -243,6 +300,7 @@ class _MemoryWatch(BackendWatch):
         self._backend._unregister(self)
         self._closed = True
         self.queue.put(EOFError("watch closed"))
+        self._notify()
 
 
 class MemoryBackend(Backend):
@@ -269,9 +327,10 @@ class MemoryBackend(Backend):
     def _commit(self, event: WatchEvent) -> None:
         self._history.append(event)
         batch = WatchBatch((event,))
-        for w in self._watches:
-            if event.kv.key.startswith(w.prefix) and event.kv.mod_revision >= w.start_revision:
-                w.queue.put(batch)
+        overflowed = [w for w in self._watches if event.kv.key.startswith(w.prefix)
+                      and event.kv.mod_revision >= w.start_revision and not w.offer(batch)]
+        for w in overflowed:
+            self._watches.discard(w)
 
     def _state_at(self, revision: int) -> dict[str, KeyValue]:
         state = dict(self._data)
@@ -305,12 +364,16 @@ class MemoryBackend(Backend):
         items.sort(key=lambda kv: kv.key)
         return items, read_rev
 
-    def create(self, key: str, value: bytes) -> TxnResult:
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         with self._lock:
             self._check_open()
             current = self._data.get(key)
             if current is not None:
                 return TxnResult(False, self._rev, current)
+            if guard is not None:
+                other = self._data.get(guard[0])
+                if (other.mod_revision if other is not None else 0) != guard[1]:
+                    return TxnResult(False, self._rev, None)
             self._rev += 1
             kv = KeyValue(key, value, self._rev, self._rev, 1)
             self._data[key] = kv
@@ -341,10 +404,12 @@ class MemoryBackend(Backend):
             self._commit(WatchEvent("DELETE", tombstone, current))
             return TxnResult(True, self._rev, current)
 
-    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+    blocking = False  # every call is a short critical section: an event loop may call it directly
+
+    def watch(self, prefix: str, start_revision: int, max_pending: int = DEFAULT_WATCH_BUFFER) -> BackendWatch:
         with self._lock:
             self._check_open()
-            w = _MemoryWatch(self, prefix, start_revision)
+            w = _MemoryWatch(self, prefix, start_revision, max_pending)
             if 0 < start_revision < self._compacted:
                 w.queue.put(CompactedError(start_revision, self._compacted))
                 return w
@@ -359,8 +424,8 @@ class MemoryBackend(Backend):
 
     def _progress(self, w: _MemoryWatch) -> None:
         with self._lock:
-            if w in self._watches:
-                w.queue.put(WatchBatch((), progress=self._rev))
+            if w in self._watches and not w.offer(WatchBatch((), progress=self._rev)):
+                self._watches.discard(w)
 
     def _unregister(self, w: _MemoryWatch) -> None:
         with self._lock:
@@ -401,6 +466,7 @@ class MemoryBackend(Backend):
             self._watches.clear()
         for w in watches:
             w.queue.put(BackendUnavailableError("memory backend closed"))
+            w._notify()
 
 
 # --------------------------------------------------------------------------- etcd
@@ -418,9 +484,12 @@ def _kv_from_pb(pb: Any) -> KeyValue:
 class _EtcdWatch(BackendWatch):
     """One gRPC Watch stream, read by a daemon thread into a queue."""
 
-    def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int) -> None:
+    def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int, max_pending: int) -> None:
         from etcd3 import etcdrpc
 
+        self._max_pending = max_pending
+        self._pending = 0  # events queued, not yet taken by next(); under _count_lock
+        self._count_lock = threading.Lock()
         self._rpc = etcdrpc
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
@@ -452,15 +521,16 @@ class _EtcdWatch(BackendWatch):
         try:
             for resp in self._call:
                 if resp.compact_revision:
-                    self._out.put(CompactedError(self._start_revision, int(resp.compact_revision)))
+                    self._put(CompactedError(self._start_revision, int(resp.compact_revision)))
                     return
                 if resp.canceled:
-                    self._out.put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
+                    self._put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
                     return
                 if resp.created and not resp.events:
                     continue
                 if not resp.events:
-                    self._out.put(WatchBatch((), progress=int(resp.header.revision)))
+                    if not self._offer(WatchBatch((), progress=int(resp.header.revision)), 1):
+                        return
                     continue
                 events = []
                 for ev in resp.events:
@@ -470,20 +540,44 @@ class _EtcdWatch(BackendWatch):
                         events.append(WatchEvent("DELETE", kv, prev))
                     else:
                         events.append(WatchEvent("PUT", kv, prev))
-                self._out.put(WatchBatch(tuple(events)))
+                if not self._offer(WatchBatch(tuple(events)), len(events)):
+                    return
         except grpc.RpcError as exc:
             if not self._closed.is_set():
-                self._out.put(BackendUnavailableError(f"etcd watch failed: {exc}"))
+                self._put(BackendUnavailableError(f"etcd watch failed: {exc}"))
         except Exception as exc:  # pragma: no cover - defensive: never die silently
-            self._out.put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
+            self._put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
         finally:
-            self._out.put(EOFError("watch closed"))
+            self._put(EOFError("watch closed"))
+
+    def _put(self, item: WatchBatch | BaseException) -> None:
+        self._out.put(item)
+        self._notify()
+
+    def _offer(self, batch: WatchBatch, count: int) -> bool:
+        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False."""
+        with self._count_lock:
+            overflow = self._pending + count > self._max_pending and self._pending > 0
+            if not overflow:
+                self._pending += count
+        if overflow:
+            self._overflowed = True
+            self._put(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
+            self._closed.set()
+            self._requests.put(None)
+            self._call.cancel()
+            return False
+        self._put(batch)
+        return True
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         try:
             item = self._out.get(timeout=timeout)
         except queue.Empty:
             return None
+        if isinstance(item, WatchBatch):
+            with self._count_lock:
+                self._pending -= max(1, len(item.events))
         if isinstance(item, BaseException):
             self._out.put(item)  # sticky
             raise item
@@ -541,13 +635,14 @@ class EtcdBackend(Backend):
             raise BackendUnavailableError(f"etcd request failed: {details}") from exc
 
     def _cas(self, key: bytes, compare: Any, success: Any) -> tuple[bool, int, Any]:
-        """One Txn: ``success`` if ``compare`` holds, else read the key.
+        """One Txn: ``success`` if ``compare`` (one Compare or a list: all must hold) holds, else read the key.
 
         Returns (succeeded, header revision, the success op's response or the current kv or None).
         """
         rpc = self._rpc
         failure = rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
-        resp = self._call(self._kv.Txn, rpc.TxnRequest(compare=[compare], success=[success], failure=[failure]))
+        compares = compare if isinstance(compare, list) else [compare]
+        resp = self._call(self._kv.Txn, rpc.TxnRequest(compare=compares, success=[success], failure=[failure]))
         rev = int(resp.header.revision)
         if not resp.succeeded:
             kvs = resp.responses[0].response_range.kvs
@@ -564,10 +659,13 @@ class EtcdBackend(Backend):
         resp = self._call(self._kv.Range, req)
         return [_kv_from_pb(kv) for kv in resp.kvs], (revision or int(resp.header.revision))
 
-    def create(self, key: str, value: bytes) -> TxnResult:
+    def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         rpc = self._rpc
         raw = key.encode()
-        cmp = rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=0)
+        cmp = [rpc.Compare(key=raw, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=0)]
+        if guard is not None:
+            cmp.append(rpc.Compare(key=guard[0].encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                                   mod_revision=guard[1]))
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=raw, value=value))
         ok, rev, found = self._cas(raw, cmp, put)
         if ok:
@@ -598,11 +696,11 @@ class EtcdBackend(Backend):
         prev_kvs = found.response_delete_range.prev_kvs
         return TxnResult(True, rev, _kv_from_pb(prev_kvs[0]) if prev_kvs else None)
 
-    def watch(self, prefix: str, start_revision: int) -> BackendWatch:
+    def watch(self, prefix: str, start_revision: int, max_pending: int = DEFAULT_WATCH_BUFFER) -> BackendWatch:
         with self._lock:
             if self._closed:
                 raise BackendUnavailableError("etcd backend closed")
-            w = _EtcdWatch(self, prefix, start_revision)
+            w = _EtcdWatch(self, prefix, start_revision, max_pending)
             self._watches.add(w)
         return _TrackedEtcdWatch(self, w)
 
@@ -613,6 +711,12 @@ class EtcdBackend(Backend):
     def revision(self) -> int:
         resp = self._call(self._kv.Range, self._rpc.RangeRequest(key=b"\x00", keys_only=True, limit=1))
         return int(resp.header.revision)
+
+    def check(self, timeout: float) -> None:
+        try:
+            self._kv.Range(self._rpc.RangeRequest(key=b"\x00", keys_only=True, limit=1), timeout=timeout)
+        except self._grpc.RpcError as exc:
+            raise BackendUnavailableError(f"etcd unreachable: {exc.code()}") from exc
 
     def compact(self, revision: int) -> None:
         try:
@@ -639,6 +743,13 @@ class _TrackedEtcdWatch(BackendWatch):
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         return self._inner.next(timeout)
+
+    def set_listener(self, listener: Callable[[], None] | None) -> None:
+        self._inner.set_listener(listener)
+
+    @property
+    def overflowed(self) -> bool:
+        return self._inner.overflowed
 
     def request_progress(self) -> None:
         self._inner.request_progress()

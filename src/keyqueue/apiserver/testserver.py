@@ -8,16 +8,18 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from keyqueue._httpserver import HTTPLimits
+from keyqueue._tempdirs import owned_tempdir
+
 from .etcd import EtcdProcess
 from .registry import Registry
 from .server import APIServer
-from .storage import Backend, EtcdBackend, MemoryBackend
+from .storage import DEFAULT_WATCH_BUFFER, Backend, EtcdBackend, MemoryBackend
 from .tls import make_certificates, server_ssl_context
 
 if TYPE_CHECKING:
@@ -79,7 +81,9 @@ class TestAPIServer:
     (``token=True`` picks a random one).  ``compaction_interval`` (seconds):
     compact storage periodically like kube-apiserver (every 5 min by default
     there), each time up to the revision seen one interval earlier; ``None``
-    (the default) never compacts on its own.
+    (the default) never compacts on its own.  ``limits`` (connections, header,
+    idle and body limits) and ``watch_buffer`` (events a watch may hold
+    undelivered before the server ends it) go to :class:`~.server.APIServer`.
 
     The constructor only checks its arguments (``ValueError`` for an unknown
     backend, a port outside 0..65535 or a non-positive interval); :meth:`start`
@@ -103,6 +107,8 @@ class TestAPIServer:
         bookmark_interval: float = 1.0,
         unsafe_no_fsync: bool = False,
         compaction_interval: float | None = None,
+        limits: HTTPLimits | None = None,
+        watch_buffer: int = DEFAULT_WATCH_BUFFER,
     ) -> None:
         if not isinstance(backend, Backend) and backend not in ("etcd", "memory"):
             raise ValueError(f"unknown backend {backend!r}: use 'etcd', 'memory' or a Backend instance")
@@ -124,6 +130,8 @@ class TestAPIServer:
         self.token: str | None = secrets.token_urlsafe(24) if token is True else (token or None)
         self.bookmark_interval = bookmark_interval
         self.compaction_interval = compaction_interval
+        self.limits = limits
+        self.watch_buffer = watch_buffer
         self._compactor: threading.Thread | None = None
         self._stop_compactor = threading.Event()
         self.etcd: EtcdProcess | None = None
@@ -183,7 +191,7 @@ class TestAPIServer:
         return self
 
     def _start(self) -> None:
-        self._tmpdir = Path(tempfile.mkdtemp(prefix="keyqueue-apiserver-"))
+        self._tmpdir = Path(owned_tempdir("keyqueue-apiserver-"))
         choice = self._backend_choice
         if isinstance(choice, Backend):
             self._backend = choice
@@ -208,7 +216,8 @@ class TestAPIServer:
             self.ca_cert = certs.ca_cert
             ssl_context = server_ssl_context(certs)
         self._server = APIServer(self._registry, self.host, self._port, token=self.token,
-                                 ssl_context=ssl_context, bookmark_interval=self.bookmark_interval)
+                                 ssl_context=ssl_context, bookmark_interval=self.bookmark_interval,
+                                 limits=self.limits, watch_buffer=self.watch_buffer)
         self._server.start()
         self.write_kubeconfig(self.kubeconfig_path)
         if self.compaction_interval:
@@ -248,6 +257,14 @@ class TestAPIServer:
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
                 self._tmpdir = None
+
+    def abandon(self) -> None:
+        """For a process about to exit at once (a stop that hangs): SIGKILL the etcd this object started and remove
+        its temp files (the kubeconfig with the token among them), without waiting for anything else."""
+        if self.etcd is not None and self._owns_etcd:
+            self.etcd.abandon()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def stop_server(self) -> None:
         """Stop only the HTTP server (storage and etcd keep running); open watch streams end."""

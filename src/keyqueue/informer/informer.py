@@ -522,9 +522,9 @@ class Informer:
                 if self._stop_event.is_set():
                     raise _Stopped
                 lines += 1
+                self._apply(json.loads(line), received_ns)  # an ERROR event raises: it is no sign of health
                 if lines == 1:
-                    self._backoff.reset()  # the stream works: the next failure starts the backoff afresh
-                self._apply(json.loads(line), received_ns)
+                    self._backoff.reset()  # the stream delivers: the next failure starts the backoff afresh
             clean = True
         finally:
             self._release(resp, reuse=clean)

@@ -29,6 +29,7 @@ import ipaddress
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from keyqueue._signals import recorded_signals
 from keyqueue.lab.common import MAX_THREADS, add_json_argument, check_size, human_stream, write_json
 
 __all__ = [
@@ -101,6 +103,8 @@ class LoadResult:
     statuses: dict[str, int] = field(default_factory=dict)
     first_error: str = ""
     cpu_s: float = math.nan  #: CPU time (user + system) this process used while the requests ran
+    stopped: bool = False  #: the load was stopped early (``stop`` set, or SIGINT/SIGTERM to the load CLI)
+    refused: int = 0  #: requests answered 503: the server was stopping (not errors; that client then stopped)
 
     def summary(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,7 +112,8 @@ class LoadResult:
     def line(self) -> str:
         """One line; round trips are shown only when at least one request was answered (never ``nan``)."""
         head = (f"load: {self.requests} requests to {self.url}/trigger/obj-* ({self.keys} names), concurrency "
-                f"{self.concurrency}, {self.errors} errors")
+                f"{self.concurrency}, {self.errors} errors"
+                + (f", stopped early ({self.refused} refused with 503)" if self.stopped else ""))
         if math.isnan(self.p50_ms):
             return head + " | no request was answered"
         return (f"{head}, {self.rps:,.0f} req/s | round trip p50={self.p50_ms:.2f}ms p95={self.p95_ms:.2f}ms "
@@ -123,8 +128,13 @@ def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection
     return conn
 
 
-def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout: float = 10.0) -> LoadResult:
+def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout: float = 10.0,
+             stop: threading.Event | None = None) -> LoadResult:
     """Send ``requests`` POSTs to ``{url}/trigger/obj-<i % keys>`` from ``concurrency`` threads; block until done.
+
+    ``stop``: once set, each client finishes its request in flight and sends no more (the result has
+    ``stopped``). A 503 (the pipeline refuses new triggers because it is stopping) counts as ``refused``, not as an
+    error, and ends that client's share of the load.
 
     Raises ``ValueError`` for a non-loopback URL, non-positive counts or more than
     :data:`~keyqueue.lab.common.MAX_THREADS` connections. Connection errors do not raise: they are
@@ -141,13 +151,19 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     latencies: list[list[int]] = [[] for _ in range(concurrency)]
     statuses: dict[str, int] = {}
     errors = 0
+    refused = 0
+    attempted = 0
     first_error = ""
 
     def take() -> int:
-        nonlocal next_index
+        nonlocal next_index, attempted
         with lock:
+            if stop is not None and stop.is_set():
+                return requests
             i = next_index
             next_index += 1
+            if i < requests:
+                attempted += 1
         return i
 
     def fail(msg: str, kind: str = "") -> None:
@@ -162,6 +178,7 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     start_gate = threading.Barrier(concurrency + 1)
 
     def client(slot: int) -> None:
+        nonlocal refused
         mine = latencies[slot]
         conn: http.client.HTTPConnection | None = None
         with contextlib.suppress(OSError):  # if it fails, the first request retries and counts the failure
@@ -191,7 +208,11 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
                 conn = None
                 continue
             mine.append(t1 - t0)
-            if not 200 <= resp.status < 300:
+            if resp.status == 503:  # the server refuses new triggers: it is stopping, so this client stops too
+                with lock:
+                    refused += 1
+                break
+            elif not 200 <= resp.status < 300:
                 fail(f"HTTP {resp.status}: {resp.reason}")
             else:
                 with lock:
@@ -213,7 +234,7 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     elapsed = time.perf_counter() - t_start
     cpu = time.process_time() - cpu_start
     all_ms = sorted(ns / 1e6 for lst in latencies for ns in lst)
-    done = min(next_index, requests)
+    done = attempted
     return LoadResult(
         url=url.rstrip("/"),
         requests=done,
@@ -230,21 +251,40 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
         statuses=statuses,
         first_error=first_error,
         cpu_s=cpu,
+        stopped=(stop is not None and stop.is_set()) or refused > 0,
+        refused=refused,
     )
 
 
 def run_load_subprocess(url: str, requests: int, concurrency: int, keys: int = 20,
-                        timeout: float = 600.0) -> LoadResult:
+                        timeout: float = 600.0, stop: threading.Event | None = None) -> LoadResult:
     """:func:`run_load` in a child process (``python -m keyqueue.lab.load``), so that the client does not compete
-    for the caller's GIL. Raises ``RuntimeError`` if the child fails to produce a result within ``timeout``."""
+    for the caller's GIL. Raises ``RuntimeError`` if the child fails to produce a result within ``timeout``.
+    ``stop``: once set, the child gets SIGTERM, stops sending and reports what it did (``stopped``)."""
     fd, path = tempfile.mkstemp(prefix="keyqueue-load-", suffix=".json")
     os.close(fd)
     try:
         cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
                "--concurrency", str(concurrency), "--keys", str(keys), "--json", path]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        if proc.returncode not in (0, 1):  # 1 = some requests failed: still a result
-            raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            deadline = time.monotonic() + timeout
+            signalled = False
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        proc.kill()
+                        proc.communicate()
+                        raise RuntimeError(f"load generator did not finish within {timeout} s") from None
+                    if stop is not None and stop.is_set() and not signalled:
+                        signalled = True
+                        proc.send_signal(signal.SIGTERM)  # it stops sending and writes its result
+        # 1 = some requests failed: still a result; -SIGTERM after its result was written: our stop came late
+        if proc.returncode not in (0, 1) and not (signalled and proc.returncode == -signal.SIGTERM
+                                                  and os.path.getsize(path) > 0):
+            raise RuntimeError(f"load generator failed ({proc.returncode}): {out}{err}")
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     finally:
@@ -264,10 +304,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit status 0 when every request succeeded, 1 if some failed, 2 for bad arguments."""
+    """Exit status 0 when every request succeeded, 1 if some failed, 2 for bad arguments.
+
+    SIGINT or SIGTERM stop the load early: requests in flight finish, the result (``stopped``) is still printed and
+    written (from the main thread only; the signals are only recorded until the result is out)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args, threading.Event())
+    stop = threading.Event()
+    with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+        done = threading.Event()
+
+        def watch_signals() -> None:
+            while not received and not done.wait(0.05):
+                pass
+            if received:
+                stop.set()
+
+        watcher = threading.Thread(target=watch_signals, name="load-signals", daemon=True)
+        watcher.start()
+        try:
+            return _run(args, stop)
+        finally:
+            done.set()
+            watcher.join()
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     out = human_stream(args)
     try:
-        result = run_load(args.url, args.requests, args.concurrency, args.keys, args.timeout)
+        result = run_load(args.url, args.requests, args.concurrency, args.keys, args.timeout, stop)
     except ValueError as exc:
         print(f"load: {exc}", file=out)
         return 2

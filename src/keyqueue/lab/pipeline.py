@@ -27,6 +27,8 @@ same-key detector (:class:`keyqueue.lab.race.SameKeyDetector`, whose control run
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -35,18 +37,13 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler
-from types import FrameType
 from typing import Any, Final, TextIO
-from urllib.parse import urlsplit
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
-from keyqueue._httpserver import TrackingHTTPServer
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
@@ -76,8 +73,6 @@ __all__ = [
 ]
 
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 501: "Not Implemented", 502: "Bad Gateway",
-                   503: "Service Unavailable"}
 _MAX_UNMATCHED: Final = 50_000  # bound on bookkeeping of write/event pairs that never meet (foreign writes)
 
 
@@ -196,83 +191,92 @@ def _child_pids(pid: int) -> list[int]:
 # -- the trigger HTTP server -------------------------------------------------------------------------------------
 
 
-class _TriggerHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    server: _TriggerServer
+def _error_json(code: int, message: str) -> tuple[bytes, str]:
+    return json.dumps({"error": message}).encode() + b"\n", "application/json"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-        # Status line, headers and body in one write: one segment on the wire (TCP_NODELAY is on), one syscall.
-        head = (f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n")
-        if self.close_connection:
-            head += "Connection: close\r\n"
-        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
+def _json_response(code: int, obj: Any) -> Any:
+    from aiohttp import web
 
-    def _send_json(self, code: int, obj: Any) -> None:
-        self._send(code, json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+    return web.Response(status=code, body=json.dumps(obj, separators=(",", ":")).encode() + b"\n",
+                        content_type="application/json")
 
-    def _drain_body(self) -> None:
-        """Read (and ignore) the request body, so that the next request on this keep-alive connection starts at
-        the right byte. A body that cannot be parsed (bad length or chunk framing) closes the connection."""
+
+class _TriggerServer:
+    """The trigger server: aiohttp on an event loop thread (:class:`keyqueue._httpserver.BackgroundHTTPServer`,
+    with its connection, header, idle and body limits); each trigger runs in a bounded thread pool, because the
+    official client it calls blocks. :meth:`refuse` makes new triggers answer 503 (the first step of a stop)."""
+
+    def __init__(self, pipeline: Pipeline, port: int, threads: int = 32) -> None:
+        from keyqueue._httpserver import BackgroundHTTPServer, HTTPLimits
+
+        self.pipeline = pipeline
+        self.limits = HTTPLimits(max_body=64 * 1024)
+        self.accepting = True
+        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="trigger")
+        self.http = BackgroundHTTPServer(self._handle, "127.0.0.1", port, limits=self.limits, error_body=_error_json,
+                                         name="trigger-server")
+
+    def start(self) -> None:
         try:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                while True:
-                    size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return
-                    self.rfile.read(size)
-                    self.rfile.readline(1024)  # the CRLF after the chunk
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > 0:
-                self.rfile.read(length)
-        except ValueError:
-            self.close_connection = True
+            self.http.start()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
 
-    def do_POST(self) -> None:
-        self._drain_body()
-        path = urlsplit(self.path).path
-        if not path.startswith("/trigger/"):
-            self._send_json(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
-            return
+    @property
+    def port(self) -> int:
+        return self.http.port
+
+    def refuse(self) -> None:
+        """From now on ``POST /trigger/...`` answers 503; triggers already running finish."""
+        self.accepting = False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.accepting = False
+        self.http.stop(timeout)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        from keyqueue._httpserver import BodyError, read_body
+
         try:
-            result = self.server.pipeline.trigger(path[len("/trigger/"):])
-        except TriggerError as exc:
-            self._send_json(exc.status, {"error": str(exc)})
-            return
-        self._send_json(200, result)
-
-    def do_GET(self) -> None:
-        self._drain_body()
-        path = urlsplit(self.path).path
-        pipeline = self.server.pipeline
+            await read_body(request, self.limits)
+        except BodyError as exc:
+            resp = _json_response(exc.code, {"error": str(exc)})
+            resp.force_close()
+            return resp
+        path = request.path
+        pipeline = self.pipeline
+        if request.method == "POST":
+            if not path.startswith("/trigger/"):
+                return _json_response(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
+            if not self.accepting:
+                return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
+            loop = asyncio.get_running_loop()
+            try:
+                result = await loop.run_in_executor(self._executor, pipeline.trigger, path[len("/trigger/"):])
+            except TriggerError as exc:
+                return _json_response(exc.status, {"error": str(exc)})
+            except RuntimeError:  # the pool was shut down: we are stopping
+                return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
+            return _json_response(200, result)
+        if request.method != "GET":
+            return _json_response(405, {"error": f"method {request.method} not allowed"})
         if path == "/metrics":
             text = pipeline.metrics_text()
             if text is None:
-                self._send(501, b"prometheus_client is not installed\n", "text/plain")
-            else:
-                self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/stats":
-            self._send_json(200, pipeline.summary())
-        elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain")
-        else:
-            self._send_json(404, {"error": f"no such endpoint: GET {path}"})
-
-
-class _TriggerServer(TrackingHTTPServer):
-    """The trigger server: one thread per keep-alive connection, all ended by :meth:`close_all`."""
-
-    thread_name = "trigger-conn"
-
-    def __init__(self, address: tuple[str, int], pipeline: Pipeline) -> None:
-        self.pipeline = pipeline
-        super().__init__(address, _TriggerHandler)
+                return web.Response(status=501, body=b"prometheus_client is not installed\n",
+                                    content_type="text/plain")
+            return web.Response(status=200, body=text, headers={"Content-Type": "text/plain; version=0.0.4; "
+                                                                                "charset=utf-8"})
+        if path == "/stats":
+            return _json_response(200, pipeline.summary())
+        if path == "/healthz":
+            return web.Response(status=200, body=b"ok\n", content_type="text/plain")
+        return _json_response(404, {"error": f"no such endpoint: GET {path}"})
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------------
@@ -365,7 +369,6 @@ class Pipeline:
         self.controller: Controller[str] | None = None
         self._metrics: Any = None
         self._httpd: _TriggerServer | None = None
-        self._http_thread: threading.Thread | None = None
         self._stats_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.api_url = ""
@@ -439,19 +442,18 @@ class Pipeline:
 
         self.controller.start()
 
-        self._httpd = _TriggerServer(("127.0.0.1", cfg.port), self)
-        self._http_thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                             name="trigger-server", daemon=True)
-        self._http_thread.start()
+        self._httpd = _TriggerServer(self, cfg.port)
+        self._httpd.start()
         if cfg.stats_interval > 0:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
 
     def _start_child_apiserver(self) -> None:
         """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
+        from keyqueue._tempdirs import owned_tempdir
         from keyqueue.apiserver.etcd import _die_with_parent_hook
 
-        self._child_dir = tempfile.mkdtemp(prefix="keyqueue-pipeline-")
+        self._child_dir = owned_tempdir("keyqueue-pipeline-")  # also removes those of pipelines that were killed
         path = os.path.join(self._child_dir, "kubeconfig")
         cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend,
                "--stop-on-stdin-eof"]
@@ -511,7 +513,7 @@ class Pipeline:
         """The trigger server's base URL (``http://127.0.0.1:PORT``)."""
         if self._httpd is None:
             raise RuntimeError("pipeline not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self._httpd.port}"
 
     @property
     def apiserver(self) -> Any:
@@ -523,11 +525,7 @@ class Pipeline:
         Idempotent; joins every thread it started."""
         self._stop.set()
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd.close_all(5.0)
-        if self._http_thread is not None:
-            self._http_thread.join(5.0)
+            self._httpd.stop(5.0)
         if self.informer is not None:
             self.informer.stop()
         if self.controller is not None:
@@ -888,8 +886,20 @@ class Pipeline:
 
         return bytes(generate_latest(self._metrics.registry))
 
-    def report(self, micro: dict[str, float] | None = None) -> str:
-        """The stage table (measured in this run) and the verification, as text."""
+    def verdict(self, load: LoadResult | None = None) -> bool:
+        """The run's one verdict: verified (:meth:`verify`) and no request of ``load`` failed."""
+        return self.verify().ok and (load is None or load.errors == 0)
+
+    def refuse_triggers(self) -> None:
+        """The first step of a stop: from now on ``POST /trigger/...`` answers 503 (triggers in flight finish)."""
+        if self._httpd is not None:
+            self._httpd.refuse()
+
+    def report(self, micro: dict[str, float] | None = None, load: LoadResult | None = None, *,
+               interrupted: bool = False) -> str:
+        """The stage table (measured in this run) and the verification with the run's verdict
+        (:meth:`verdict` of ``load``: OK or FAILED; INTERRUPTED instead of OK when a signal cut the load short),
+        as text."""
         st = self.stages()
 
         def f(x: float) -> str:
@@ -919,12 +929,19 @@ class Pipeline:
                          f"done {f(micro['done'])}; measured now")
         v = self.verify()
         lines.append("")
+        failed = f" | failed requests={load.errors}" if load is not None else ""
         lines.append(f"verification: {v.names} names, {v.triggers} triggers, {v.reconciles} reconciles | "
                      f"lost={v.lost} (names not reconciled after their last trigger) | same-key overlaps="
-                     f"{v.violations} -> {'OK' if v.ok else 'FAILED'}")
+                     f"{v.violations}{failed} -> {_verdict_word(self.verdict(load), interrupted)}")
         if v.lost_names:
             lines.append(f"  not reconciled after the last trigger: {', '.join(v.lost_names)}")
         return "\n".join(lines)
+
+
+def _verdict_word(ok: bool, interrupted: bool) -> str:
+    if not ok:
+        return "FAILED"
+    return "INTERRUPTED (verified so far)" if interrupted else "OK"
 
 
 # -- CLI ---------------------------------------------------------------------------------------------------------
@@ -967,29 +984,22 @@ def run(args: argparse.Namespace) -> int:
     arguments or a pipeline that could not start, 130 when Ctrl-C or SIGTERM cut the built-in load short (after
     the report of what ran).
 
-    Serving (no ``--requests``): SIGINT or SIGTERM ends the serving and the run reports as usual. Otherwise
-    SIGTERM is turned into ``KeyboardInterrupt`` (as SIGINT already is), so that the pipeline, its API server
-    child process and that child's etcd are stopped before the exception propagates; signals that arrive while
+    SIGINT or SIGTERM (while serving, or during the built-in load) ends the run in order: the trigger server
+    refuses new triggers (503), the load stops sending, the pipeline settles (every name reconciled, up to 30 s),
+    then the report prints its one verdict, and that verdict is the exit status: ``OK`` 0, ``FAILED`` 1, and
+    ``INTERRUPTED`` 130 for a built-in load cut short that verified so far (the exit status every lab command uses
+    for an interrupt; a signal that ends serving is the normal end and gives ``OK``). Further signals while
     stopping are ignored. The child API server also gets SIGTERM from the kernel if this process dies outright
     (Linux, when started from the main thread).
     """
     if threading.current_thread() is not threading.main_thread():
-        return _run(args, None)
-    state = {"stopping": False}
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        if not state["stopping"]:
-            state["stopping"] = True
-            raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        return _run(args, state)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return _run(args, [])
+    # The handlers only record the signal (see keyqueue._signals); the loops in _run poll for it.
+    with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+        return _run(args, received)
 
 
-def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
+def _run(args: argparse.Namespace, received: list[int]) -> int:
     out = human_stream(args)
     try:
         check_size("--workers", args.workers, 1, MAX_THREADS)
@@ -1023,7 +1033,6 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
                      "compatible server for ConfigMaps, not kube-apiserver)")
         print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
               f"{cfg.workers} workers", file=out, flush=True)
-        interrupted = False
         view = None
         if not getattr(args, "plain", False) and out.isatty():
             from keyqueue.lab.pipeline_view import start_live_view
@@ -1031,43 +1040,71 @@ def _run(args: argparse.Namespace, state: dict[str, bool] | None) -> int:
             view = start_live_view(pipeline, out)
         try:
             if args.requests > 0:
-                if args.load_in_process:
-                    load = run_load(pipeline.url, args.requests, args.concurrency, args.keys)
-                else:
-                    load = run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys)
+                load = _run_load_until_signal(pipeline, args, received)
                 pipeline._print(load.line())  # above the live view, if there is one
             else:
                 pipeline._print(f"try: curl -X POST {pipeline.url}/trigger/obj-7   (Ctrl-C to stop and report)")
-                # The handlers only record the signal (see keyqueue._signals); this loop polls for it.
-                with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
-                    while not received:
-                        time.sleep(0.2)
-        except KeyboardInterrupt:  # the built-in load was cut short: report what ran
-            interrupted = True
+                while not received:
+                    time.sleep(0.2)
         finally:
             if view is not None:
                 view.stop()
-        if interrupted:
-            print("pipeline: interrupted; the report covers the triggers sent so far", file=out, flush=True)
-        settled = pipeline.wait_reconciled(5.0 if interrupted else 30.0)
+        # Interrupted = a signal cut the built-in load short (serving ends with a signal normally).
+        interrupted = bool(received) and load is not None
+        if received:
+            pipeline.refuse_triggers()
+            name = signal.Signals(received[0]).name
+            during = " during the load" if load is not None else ""
+            print(f"pipeline: {name}{during}: no new triggers; settling, then the verdict", file=out, flush=True)
+            if interrupted:
+                print("pipeline: interrupted; the report covers the triggers sent so far", file=out, flush=True)
+        settled = pipeline.wait_reconciled(30.0)
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
         print("", file=out)
-        print(pipeline.report(micro), file=out)
+        print(pipeline.report(micro, load, interrupted=interrupted), file=out)
         if not settled:
-            print(f"pipeline: some names were still not reconciled after {5 if interrupted else 30} s", file=out)
+            print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
         summary["queue_microbench"] = micro
         summary["load"] = load.summary() if load is not None else None
         write_json(args.json, summary)
-        ok = pipeline.verify().ok and (load is None or load.errors == 0)
+        ok = pipeline.verdict(load)
     finally:
-        if state is not None:
-            state["stopping"] = True  # a SIGTERM now must not interrupt the stopping
         pipeline.stop()
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return 0 if ok else 1
+    # The one verdict printed is the exit status: OK 0, FAILED 1, INTERRUPTED (verified so far) 130, like every
+    # other lab command cut short by Ctrl-C.
+    if not ok:
+        return 1
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _run_load_until_signal(pipeline: Pipeline, args: argparse.Namespace, received: list[int]) -> LoadResult:
+    """The built-in load (in a thread here, or a child process); a signal refuses new triggers and stops it."""
+    stop = threading.Event()
+    results: list[LoadResult | BaseException] = []
+
+    def go() -> None:
+        try:
+            if args.load_in_process:
+                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop))
+            else:
+                results.append(run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys,
+                                                   stop=stop))
+        except BaseException as exc:
+            results.append(exc)
+
+    thread = threading.Thread(target=go, name="pipeline-load", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+        if received and not stop.is_set():
+            pipeline.refuse_triggers()  # first: nothing new gets in while the load winds down
+            stop.set()
+    result = results[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
