@@ -164,9 +164,70 @@ def redis_threaded(kind: str, *args: Any, **kwargs: Any) -> Any:
     return cls(name, *args, **kwargs)
 
 
+class RedisAioFacade:
+    """A keyqueue.redis.aio queue behind the synchronous API: every coroutine runs in a private loop thread."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self._loop = LoopThread()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.queue, name)
+        if asyncio.iscoroutinefunction(attr):
+            return lambda *a, **kw: self._loop.run(attr(*a, **kw))
+        return attr
+
+    @property
+    def _getters(self) -> int:
+        return int(self.queue._getters)
+
+    def __len__(self) -> int:
+        return self._loop.run(self.queue.len())
+
+    @contextmanager
+    def lease(self, timeout: float | None = None) -> Iterator[Any]:
+        cm = self.queue.lease(timeout)
+        key = self._loop.run(cm.__aenter__())
+        try:
+            yield key
+        except BaseException as exc:
+            self._loop.run(cm.__aexit__(type(exc), exc, exc.__traceback__))
+            raise
+        else:
+            self._loop.run(cm.__aexit__(None, None, None))
+
+    def __iter__(self) -> Iterator[Any]:
+        it = self.queue.__aiter__()
+        try:
+            while True:
+                try:
+                    key = self._loop.run(it.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield key
+        finally:
+            self._loop.run(it.aclose())
+
+    def close(self) -> None:
+        self._loop.run(self.queue.aclose())
+        self._loop.close()
+
+
+def redis_aio(kind: str, *args: Any, **kwargs: Any) -> RedisAioFacade:
+    import keyqueue.redis.aio
+
+    cls = {
+        "queue": keyqueue.redis.aio.Queue,
+        "delaying": keyqueue.redis.aio.DelayingQueue,
+        "ratelimiting": keyqueue.redis.aio.RateLimitingQueue,
+    }[kind]
+    name, args = _redis_args(kind, args, kwargs)
+    return RedisAioFacade(cls(name, *args, **kwargs))
+
+
 # The Redis shells run the conformance suite too (tests/conformance/conftest.py adds them); they need a server,
 # whose URL make_queue passes as url=. Cases that are process-local by nature are skipped, each with its reason.
-REDIS_SHELLS: dict[str, ShellFactory] = {"redis-threaded": redis_threaded}
+REDIS_SHELLS: dict[str, ShellFactory] = {"redis-threaded": redis_threaded, "redis-asyncio": redis_aio}
 
 REDIS_SKIPS: dict[str, str] = {
     "test_any_hashable_key_works": "Redis queue keys are str (they cross processes); non-str keys raise TypeError",

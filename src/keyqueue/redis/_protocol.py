@@ -316,7 +316,8 @@ class HandleState:
     def block_slice(self, remaining: float | None, wake_in: float | None, socket_timeout: float | None) -> float:
         """Seconds for one blocking wait (BLPOP): the shortest of the time left, the time until something is due,
         and a bound below the client's socket timeout (so a wait is never mistaken for a dead connection).
-        0 means "do not wait: look again now"."""
+        0 means "do not wait: look again now". Never below 10 ms otherwise: Redis 6.2 turns a BLPOP timeout of
+        about a millisecond into "wait forever"."""
         bound = 60.0 if socket_timeout is None else max(0.01, socket_timeout - 1.0 if socket_timeout > 2 else
                                                         socket_timeout / 2)
         wait = bound
@@ -324,4 +325,4 @@ class HandleState:
             wait = min(wait, remaining)
         if wake_in is not None:
             wait = min(wait, wake_in + 0.001)
-        return wait if wait >= 0.001 else 0.0
+        return 0.0 if wait < 0.001 else max(wait, 0.01)
