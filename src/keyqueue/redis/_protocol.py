@@ -294,11 +294,12 @@ class HandleState:
         if not lost_keys:
             return
         with self.lock:
-            for k, v in pairs:
-                if k in lost_keys and self.held.get(k) == v:
-                    self.lost.add((k, v))
-        log.warning("Redis queue %r: lease lost for %s (not renewed in time; handed out again)",
-                    self.name, ", ".join(repr(k) for k in sorted(lost_keys)[:10]))
+            # A key finished (done) while the renewal was under way is not lost: only a lease still held counts.
+            really = [k for k, v in pairs if k in lost_keys and self.held.get(k) == v]
+            self.lost.update((k, self.held[k]) for k in really)
+        if really:
+            log.warning("Redis queue %r: lease lost for %s (not renewed in time; handed out again)",
+                        self.name, ", ".join(repr(k) for k in sorted(really)[:10]))
 
     def token(self, key: str) -> int:
         with self.lock:
