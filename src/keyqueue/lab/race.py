@@ -295,12 +295,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 = never (default 16)")
     parser.add_argument("--control", action="store_true",
                         help="run the identical harness over stdlib queue.Queue; it must report violations")
+    parser.add_argument("--backend", choices=("memory", "redis"), default="memory",
+                        help="memory: threads on keyqueue.Queue (default); redis: worker processes on "
+                             "keyqueue.redis.Queue, control = a plain Redis list (see keyqueue.redis.race)")
+    parser.add_argument("--processes", type=int, default=4,
+                        help="with --backend redis: worker processes, each running --workers/--processes threads "
+                             "(default 4)")
+    parser.add_argument("--redis-url", default=None,
+                        help="with --backend redis: an existing Redis (default $KEYQUEUE_REDIS_URL, else a fresh "
+                             "redis-server)")
     add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit status 0 when the expected outcome held (0 violations; > 0 with --control), else 1."""
     out = human_stream(args)
+    if args.backend == "redis":
+        from keyqueue.redis.race import run_from_args
+
+        return run_from_args(args, out)
     try:
         result = run_race(
             "control" if args.control else "keyqueue",

@@ -225,6 +225,45 @@ def run_redis_race(
     return RedisRaceResult(control, processes, workers, producers, adds, keys, starts, violations, lost, seconds)
 
 
+def run_from_args(args: Any, out: Any) -> int:
+    """``keyqueue-lab race --backend redis``: exit status 0 when the expected outcome held, 1 if not, 2 for bad
+    options. ``--workers`` is the total over the ``--processes`` worker processes."""
+    from keyqueue.lab.common import write_json
+    from keyqueue.redis import RedisServer
+
+    if args.processes < 1 or args.workers < args.processes:
+        print(f"race: need --processes >= 1 and --workers >= --processes, got {args.processes}, {args.workers}",
+              file=out)
+        return 2
+    url = args.redis_url or os.environ.get("KEYQUEUE_REDIS_URL")
+    server = None if url else RedisServer().start()
+    url = url or (server.url if server is not None else "")
+    per = args.workers // args.processes
+    what = "control: a plain Redis list" if args.control else "keyqueue.redis.Queue"
+    print(f"race on Redis {url} ({what}): {args.processes} processes × {per} workers, {args.producers} producers, "
+          f"{args.adds:,} adds onto {args.keys} keys, hold {args.hold * 1e6:g} µs (sleep)", file=out, flush=True)
+    try:
+        result = run_redis_race(url, processes=args.processes, workers=per, producers=args.producers, adds=args.adds,
+                                keys=args.keys, hold=args.hold, control=args.control)
+    except ValueError as exc:
+        print(f"race: {exc}", file=out)
+        return 2
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"started {result.starts:,} keys in {result.seconds:.1f} s; same-key violations: {result.violations:,}; "
+          f"keys not processed after their last add: {result.lost}", file=out)
+    if result.control:
+        verdict = ("as expected: the detector catches a plain list handing one key to two workers" if result.as_expected
+                   else "NOT as expected: the control showed no violation, so the detector proves nothing")
+    else:
+        verdict = ("as expected: no key was ever at two workers at once, nothing was lost" if result.as_expected
+                   else "NOT as expected")
+    print(verdict, file=out)
+    write_json(args.json, result.summary())
+    return 0 if result.as_expected else 1
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] != ["worker"] or len(sys.argv) != 8:
         raise SystemExit("usage: python -m keyqueue.redis.race worker URL NAME CONTROL WORKERS HOLD DIR")
