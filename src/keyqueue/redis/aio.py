@@ -72,6 +72,9 @@ class Queue:
     ) -> None:
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
+        if metrics_provider is not None:
+            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
+                                      "metrics_provider (the process-wide provider is not used either)")
         if client is None:
             client, shown = client_for(url, asyncio=True)
             self._owns_client = True

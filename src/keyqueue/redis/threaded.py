@@ -102,7 +102,8 @@ class Queue:
     :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
     :class:`~keyqueue.redis.RedisQueueError`; neither changes anything. Keys are ``str`` (``TypeError`` otherwise).
     ``clock``: for tests, a :class:`~keyqueue.FakeClock` replaces Redis's own clock (``TIME``) for this handle's
-    scripts; every handle of a queue must then use the same clock.
+    scripts; every handle of a queue must then use the same clock. ``metrics_provider``: not supported yet
+    (``NotImplementedError`` if given; no metrics are emitted); ``inspect()`` reads the shared numbers.
     """
 
     def __init__(
@@ -118,6 +119,9 @@ class Queue:
     ) -> None:
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
+        if metrics_provider is not None:
+            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
+                                      "metrics_provider (the process-wide provider is not used either)")
         if client is None:
             client, shown = client_for(url, asyncio=False)
             self._owns_client = True
