@@ -34,7 +34,7 @@ __all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tre
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys, in the order lib.lua expects them in KEYS.
-_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters", "added")
+_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
     "delete", "wake",

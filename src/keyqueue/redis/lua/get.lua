@@ -4,7 +4,7 @@
 -- leases are honoured. The new lease's token is larger than every earlier one (seq), and the previous holder's
 -- lease entry is gone, so its done() cannot touch this lease.
 -- ARGV: 1 now, 2 lease length in microseconds, 3 holder id.
--- Returns {1, key, "token|holder", waited_us or "", fired, expired keys}
+-- Returns {1, key, "token|holder", "", fired, expired keys}
 --      or {0, next wake-up time in microseconds or "", now, "", fired, expired keys}.
 local now = now_us()
 local expired = expire(now)
@@ -17,10 +17,4 @@ redis.call('SREM', DIRTY, key)
 local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
 redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)
 redis.call('HSET', LEASE, key, lease)
-local added = redis.call('HGET', ADDED, key)
-local waited = ''
-if added then
-  redis.call('HDEL', ADDED, key)
-  waited = int(now - tonumber(added))
-end
-return {1, key, lease, waited, fired, expired}
+return {1, key, lease, '', fired, expired}

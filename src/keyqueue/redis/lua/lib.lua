@@ -12,11 +12,10 @@
 --   8 bucket   hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
 --   9 seq      string  the fencing-token counter (INCR): every lease gets a larger token than all before it
 --  10 counters hash    expired (leases that ran out and were handed out again), redelivered
---  11 added    hash    key -> the time it became dirty (for workqueue_queue_duration_seconds)
 -- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME): the server's clock
 -- decides leases, delays and the bucket, whatever the clients' clocks say.
 local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local FAIL, BUCKET, SEQ, COUNTERS, ADDED = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local FAIL, BUCKET, SEQ, COUNTERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
@@ -55,7 +54,6 @@ local function add_now(key, now)
     return 1
   end
   redis.call('SADD', DIRTY, key)
-  redis.call('HSETNX', ADDED, key, int(now))
   if redis.call('ZSCORE', PROC, key) then
     return 2
   end
@@ -97,7 +95,6 @@ local function expire(now)
     redis.call('ZREM', PROC, key)
     redis.call('HDEL', LEASE, key)
     redis.call('SADD', DIRTY, key)
-    redis.call('HSETNX', ADDED, key, int(now))
     redis.call('RPUSH', FIFO, key)
     notify()
   end
