@@ -49,9 +49,13 @@ def test_lease_context_and_shutdown_wakes_a_waiting_get(redis_url: str) -> None:
             await q.forget("a")
             assert await q.num_requeues("a") == 0
             assert await q.done("a") is False  # the rate-limited add is delayed, not dirty: no redelivery
+            assert await q.delete() > 0  # nothing left, not even the delayed "a": the next get() must wait
             waiter = asyncio.ensure_future(q.get())
-            while q._getters == 0:
+            for _ in range(5000):
+                if q._getters or waiter.done():
+                    break
                 await asyncio.sleep(0.001)
+            assert q._getters == 1
             q.shut_down()
             with pytest.raises(ShutDown):
                 await asyncio.wait_for(waiter, 5)
