@@ -235,8 +235,6 @@ REDIS_SKIPS: dict[str, str] = {
     "cannot be used",
     "test_no_reference_kept_after_a_delayed_entry_was_moved_earlier": "Redis queue keys are str: no Python object "
     "is kept",
-    "test_unhashable_item_is_rejected_and_queue_unchanged": "covered for str-only keys by tests/redis (TypeError "
-    "naming the type)",
 }
 REDIS_SKIPS["test_seed_part_a_100000_adds_one_entry"] = (
     "100,000 round trips (~10 s per Redis shell); tests/redis checks the same collapse with 2,000 adds"
