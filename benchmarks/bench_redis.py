@@ -1,0 +1,274 @@
+"""Rows for the Redis-backed queue (keyqueue.redis), against the physical limit measured in the same run.
+
+The limit is one Redis round trip from this process (``PING``): every keyqueue operation is one script in one round
+trip, so ``add``, ``get``/``done`` and a dedup ``add`` should each cost about one ``PING`` (target ≤ 1.3x). The
+baseline is the obvious Redis work queue (``benchmarks.naive``-style, on Redis: a list plus a set, several round
+trips per operation and no atomicity across them). Throughput runs 1, 2 and 4 worker processes, each cycling its
+own keys (add + get + done) for a fixed time. The server is ``$KEYQUEUE_REDIS_URL`` or a ``RedisServer`` started
+on first use and stopped at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+from benchmarks.harness import Case, Check, Context, Measurement, Skip, time_batch, time_inline
+
+G_REDIS = "keyqueue.redis (one Redis round trip is the limit)"
+
+_server: dict[str, Any] = {}
+
+
+def _url() -> str:
+    import os
+
+    if "url" not in _server:
+        env = os.environ.get("KEYQUEUE_REDIS_URL")
+        if env:
+            _server["url"] = env
+        else:
+            from keyqueue.redis import RedisServer
+
+            server = RedisServer().start()
+            atexit.register(server.stop)
+            _server["url"] = server.url
+    return str(_server["url"])
+
+
+def _available() -> Skip | None:
+    try:
+        import redis  # noqa: F401
+
+        _url()
+    except Exception as e:
+        return Skip(f"no Redis: {type(e).__name__}: {e}")
+    return None
+
+
+def _queue(cls_name: str = "Queue") -> Any:
+    import keyqueue.redis
+
+    return getattr(keyqueue.redis, cls_name)(f"bench-{uuid.uuid4().hex[:8]}", url=_url())
+
+
+def _ping(ctx: Context) -> Measurement | Skip:
+    if (skip := _available()) is not None:
+        return skip
+    import redis
+
+    client = redis.Redis.from_url(_url())
+    try:
+        return time_inline(ctx, "ping()", globals={"ping": client.ping})
+    finally:
+        client.close()
+
+
+def _dedup(ctx: Context) -> Measurement | Skip:
+    if (skip := _available()) is not None:
+        return skip
+    q = _queue()
+    try:
+        q.add("default/obj")
+        return time_inline(ctx, "add(k)", globals={"add": q.add, "k": "default/obj"})
+    finally:
+        q.delete()
+        q.close()
+
+
+def _add_new(n: int) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        q = _queue()
+        keys = [f"default/obj-{i}" for i in range(n)]
+        try:
+            return time_batch(ctx, "for k in keys: add(k)", "delete()",
+                              {"add": q.add, "keys": keys, "delete": q.delete}, ops=n, unit="ns/op")
+        finally:
+            q.delete()
+            q.close()
+    return run
+
+
+def _get_done(n: int) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        q = _queue()
+        keys = [f"default/obj-{i}" for i in range(n)]
+
+        def fill() -> None:
+            q.delete()
+            for k in keys:
+                q.add(k)
+        try:
+            m = time_batch(ctx, "for _ in keys: done(get())", "fill()",
+                           {"get": q.get, "done": q.done, "keys": keys, "fill": fill}, ops=2 * n, unit="ns/op")
+            m.note = "per call: get and done are one round trip each"
+            return m
+        finally:
+            q.delete()
+            q.close()
+    return run
+
+
+class _NaiveRedisQueue:
+    """The obvious Redis work queue: dedup with a set, a list as the FIFO; 3 round trips per add, 2 per get."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.r = client
+        self.list = f"naive:{name}:list"
+        self.set = f"naive:{name}:set"
+
+    def add(self, key: str) -> None:
+        if not self.r.sismember(self.set, key):
+            self.r.sadd(self.set, key)
+            self.r.rpush(self.list, key)
+
+    def get(self) -> str:
+        key = self.r.lpop(self.list)
+        self.r.srem(self.set, key)
+        return str(key)
+
+    def done(self, key: str) -> None:
+        return None  # it has no processing set: nothing to do (and no per-key exclusion)
+
+
+def _cycle(naive: bool) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        import redis
+
+        client = redis.Redis.from_url(_url(), decode_responses=True)
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        q: Any = _NaiveRedisQueue(client, name) if naive else _queue()
+        try:
+            return time_inline(ctx, "add(k); done(get())", globals={"add": q.add, "get": q.get, "done": q.done,
+                                                                    "k": "default/obj"})
+        finally:
+            if naive:
+                client.delete(q.list, q.set)
+            else:
+                q.delete()
+                q.close()
+            client.close()
+    return run
+
+
+_THROUGHPUT_WORKER = """
+import sys, time
+from keyqueue.redis import Queue
+q = Queue(sys.argv[1], url=sys.argv[2])
+seconds = float(sys.argv[3]); me = sys.argv[4]
+print("ready", flush=True); sys.stdin.readline()
+n = 0; end = time.monotonic() + seconds
+while time.monotonic() < end:
+    q.add(f"{me}-{n}")  # a fresh key, so there is always work; get whatever is ready (any process's key)
+    try:
+        q.done(q.get(timeout=0.5)); n += 1
+    except TimeoutError:
+        pass
+print(n, flush=True)
+"""
+
+
+def _throughput(processes: int, seconds: float) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        values = []
+        for _ in range(ctx.size(3, 1)):
+            procs = [subprocess.Popen([sys.executable, "-c", _THROUGHPUT_WORKER, name, _url(), str(seconds),
+                                       f"w{i}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                     for i in range(processes)]
+            try:
+                for p in procs:
+                    assert p.stdout is not None
+                    p.stdout.readline()
+                start = time.monotonic()
+                for p in procs:
+                    assert p.stdin is not None
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+                counts = [int(p.stdout.readline()) for p in procs if p.stdout is not None]
+                elapsed = time.monotonic() - start
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+            values.append(sum(counts) / elapsed)
+        return Measurement("cycles/s", values, ops=len(values), higher_is_better=True,
+                           note=f"{processes} process(es) on one queue; a cycle = add a new key, get+done the next "
+                                f"ready one; {seconds:g} s")
+    return run
+
+
+def _idle(getters: int, seconds: float) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        import threading
+
+        from keyqueue.errors import ShutDown
+
+        if (skip := _available()) is not None:
+            return skip
+        q = _queue()
+        threads = []
+
+        def wait() -> None:
+            with contextlib.suppress(ShutDown):
+                q.get()
+
+        try:
+            for _ in range(getters):
+                t = threading.Thread(target=wait, daemon=True)
+                t.start()
+                threads.append(t)
+            while q._getters < getters:
+                time.sleep(0.01)
+            values = []
+            for _ in range(ctx.size(3, 1)):
+                cpu0, wall0 = time.process_time(), time.monotonic()
+                time.sleep(seconds)  # the measured window: only the blocked getters could use CPU in it
+                values.append((time.process_time() - cpu0) / (time.monotonic() - wall0) * 100)
+        finally:
+            q.shut_down()
+            for t in threads:
+                t.join(10)
+            q.delete()
+            q.close()
+        return Measurement("% CPU", values, ops=len(values),
+                           note=f"{getters} threads blocked in get() (BLPOP), {seconds:g} s windows, this process")
+    return run
+
+
+def cases(smoke: bool) -> list[Case]:
+    n = 200 if smoke else 3_000
+    secs = 0.5 if smoke else 2.0
+    limit = 1.3
+    return [
+        Case("redis.ping", "Redis PING round trip (the physical limit)", G_REDIS, _ping, interleave=True),
+        Case("redis.add", f"add, new key → QUEUED ({n:,} keys)", G_REDIS, _add_new(n), baseline="redis.ping",
+             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",)),
+        Case("redis.dedup", "add, key waiting → DEDUP", G_REDIS, _dedup, baseline="redis.ping",
+             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
+             interleave=True),
+        Case("redis.getdone", f"get / done, per call ({n:,} keys)", G_REDIS, _get_done(n), baseline="redis.ping",
+             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",)),
+        Case("redis.cycle", "add+get+done, one key (3 round trips)", G_REDIS, _cycle(False),
+             baseline="redis.naive", needs=("redis.naive", "redis.ping"), interleave=True),
+        Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,
+             _cycle(True), interleave=True),
+        *(Case(f"redis.procs{p}", f"throughput, {p} process(es)", G_REDIS, _throughput(p, secs),
+               baseline="redis.procs1" if p > 1 else None, needs=("redis.procs1",) if p > 1 else ())
+          for p in (1, 2, 4)),
+        Case("redis.idle", "idle: 16 getters blocked in get()", G_REDIS, _idle(16, 0.5 if smoke else 5.0),
+             checks=(Check("≤ 1% of a core", "le", 1.0),)),
+    ]

@@ -1,0 +1,329 @@
+"""What both Redis shells share, without any I/O: key names, the scripts, argument checks, limiter trees,
+reply decoding and the per-handle bookkeeping (:class:`HandleState`).
+
+A shell (:mod:`keyqueue.redis` for threads, :mod:`keyqueue.redis.aio` for asyncio) sends each operation as one
+script (``EVALSHA``, loading it once if Redis does not know it) and feeds the reply back here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final
+
+from keyqueue._core import AddResult, DecisionCounts, QueueStats, check_delay
+from keyqueue.clock import Clock
+from keyqueue.ratelimit import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    ItemFastSlowRateLimiter,
+    MaxOfRateLimiter,
+    WithMaxWaitRateLimiter,
+)
+from keyqueue.redis.errors import LeaseLost, RedisQueueError, RedisUnavailable
+
+__all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
+
+log = logging.getLogger("keyqueue.redis")
+
+# The queue's Redis keys, in the order lib.lua expects them in KEYS.
+_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
+OPERATIONS: Final = (
+    "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
+    "delete", "wake",
+)
+_RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
+                   5: AddResult.DELAY_KEPT}
+DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
+
+
+def script_source(operation: str) -> str:
+    """The Lua text sent for ``operation``: the shared library (lib.lua), then the operation's own file."""
+    pkg = resources.files("keyqueue.redis") / "lua"
+    return (pkg / "lib.lua").read_text() + "\n" + (pkg / f"{operation}.lua").read_text()
+
+
+def check_name(name: object) -> str:
+    """A queue name: a non-empty ``str`` without braces (it becomes the Redis Cluster hash tag ``{name}``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r:.80}")
+    if not name or "{" in name or "}" in name:
+        raise ValueError(f"name must be a non-empty str without '{{' or '}}', got {name!r:.80}")
+    return name
+
+
+def check_key(key: object) -> str:
+    """Keys cross processes, so they are ``str``; anything else raises ``TypeError`` naming its type."""
+    if type(key) is not str and not isinstance(key, str):
+        raise TypeError(f"Redis queue keys must be str, got {type(key).__name__}: {key!r:.80}")
+    return key
+
+
+def check_lease(lease: object) -> float:
+    if not isinstance(lease, (int, float)) or isinstance(lease, bool):
+        raise TypeError(f"lease must be a number of seconds, got {type(lease).__name__}: {lease!r:.80}")
+    if not (math.isfinite(lease) and lease > 0):
+        raise ValueError(f"lease must be a finite number of seconds > 0, got {lease!r}")
+    return float(lease)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def describe_url(client: Any) -> str:
+    """``redis://host:port/db`` of a client's pool (without credentials), for error messages."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+def socket_timeout_of(client: Any) -> float | None:
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+    value = kwargs.get("socket_timeout")
+    return None if value is None else float(value)
+
+
+@contextlib.contextmanager
+def translated(url: str, operation: str) -> Iterator[None]:
+    """Turn the ``redis`` package's errors into :class:`RedisUnavailable` / :class:`RedisQueueError` naming ``url``."""
+    import redis.exceptions as rx
+
+    try:
+        yield
+    except (rx.ConnectionError, rx.TimeoutError) as exc:
+        raise RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}") from exc
+    except rx.RedisError as exc:
+        raise RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}") from exc
+
+
+# -- rate limiters ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterTree:
+    """A :mod:`keyqueue.ratelimit` limiter as the JSON tree add_rate_limited.lua evaluates, and the indexes of its
+    per-key limiters (whose failure counts ``forget``/``num_requeues`` address)."""
+
+    json: str
+    per_key: tuple[str, ...]
+
+
+def _seconds(x: float) -> float | str:
+    return "inf" if x == math.inf else x
+
+
+def limiter_tree(limiter: object) -> LimiterTree:
+    """Describe ``limiter`` for Redis. Only :mod:`keyqueue.ratelimit`'s limiters can be described (their state lives
+    in Redis, shared by every handle); the object itself is used as a description and its own state is never
+    touched. Raises ``TypeError`` naming any other type."""
+    per_key: list[str] = []
+    counter = [0]
+
+    def node(lim: object) -> dict[str, Any]:
+        index = counter[0]
+        counter[0] += 1
+        if isinstance(lim, ItemExponentialFailureRateLimiter):
+            per_key.append(str(index))
+            return {"t": "exp", "i": index, "base": _seconds(lim.base_delay), "max": _seconds(lim.max_delay)}
+        if isinstance(lim, ItemFastSlowRateLimiter):
+            per_key.append(str(index))
+            return {"t": "fastslow", "i": index, "fast": _seconds(lim.fast_delay), "slow": _seconds(lim.slow_delay),
+                    "maxfast": lim.max_fast_attempts}
+        if isinstance(lim, BucketRateLimiter):
+            return {"t": "bucket", "i": index, "qps": _seconds(lim.qps), "burst": lim.burst}
+        if isinstance(lim, MaxOfRateLimiter):
+            return {"t": "max", "i": index, "c": [node(c) for c in lim.limiters]}
+        if isinstance(lim, WithMaxWaitRateLimiter):
+            return {"t": "maxwait", "i": index, "max": _seconds(lim.max_delay), "c": [node(lim.limiter)]}
+        raise TypeError(
+            "a Redis queue's rate_limiter must be built from keyqueue.ratelimit's limiters (ItemExponentialFailure-, "
+            f"ItemFastSlow-, Bucket-, MaxOf-, WithMaxWaitRateLimiter): its state lives in Redis; got "
+            f"{type(lim).__name__}: {lim!r:.80}"
+        )
+
+    tree = node(limiter)
+    if tree["t"] == "max" and not tree["c"]:
+        tree = {"t": "max", "i": 0, "c": []}
+    return LimiterTree(json.dumps(tree, separators=(",", ":")), tuple(per_key))
+
+
+# -- replies ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GetReply:
+    key: str | None  # None: nothing ready
+    wake_in: float | None  # nothing ready: seconds of queue time until a delayed key or a lease is due (None: never)
+    waited_us: int | None  # a key: how long it waited since it became dirty (microseconds), if known
+    fired: int
+
+
+class HandleState:
+    """One handle's bookkeeping, shared by both shells (no I/O): identity, keys, held leases, shutdown, counters.
+
+    ``lock`` guards ``held``/``lost``/``getters``/flags; it is never held across a round trip.
+    """
+
+    def __init__(self, name: str, *, lease: float, clock: Clock | None, stats: bool, url: str) -> None:
+        self.name = check_name(name)
+        self.lease = check_lease(lease)
+        self.lease_us = max(1, round(self.lease * 1e6))
+        self.clock = clock
+        self.url = url
+        self.holder = uuid.uuid4().hex[:16]
+        prefix = f"kq:{{{name}}}:"
+        self.keys = [prefix + role for role in _KEY_ROLES]
+        self.notify_key = self.keys[5]
+        self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
+        self.lock = threading.Lock()
+        self.held: dict[str, str] = {}  # key -> "token|holder" of the lease this handle holds
+        self.lost: set[tuple[str, str]] = set()  # (key, lease) the heartbeat found lost
+        self.getters = 0  # get() calls of this handle blocked in Redis right now
+        self.shutting_down = False
+        self.draining = False
+        self.counts = DecisionCounts() if stats else None
+        self.expired_seen = 0
+
+    # -- arguments (each starts with the queue time, "" = Redis TIME) ---------------------------------------
+
+    def now_arg(self) -> str:
+        return "" if self.clock is None else str(self.clock.now_ns() // 1000)
+
+    def add_args(self, key: object) -> list[str]:
+        return [self.now_arg(), check_key(key)]
+
+    def add_after_args(self, key: object, delay: object) -> list[str]:
+        d = check_delay(delay)
+        return [self.now_arg(), check_key(key), "inf" if d == math.inf else repr(d)]
+
+    def rate_args(self, key: object, tree: LimiterTree, *, record_only: bool = False) -> list[str]:
+        return [self.now_arg(), check_key(key), tree.json, "1" if record_only else ""]
+
+    def get_args(self) -> list[str]:
+        return [self.now_arg(), str(self.lease_us), self.holder]
+
+    # -- outcomes ---------------------------------------------------------------------------------------------
+
+    def dropped(self) -> AddResult:
+        if self.counts is not None:
+            self.counts.add(AddResult.DROPPED)
+        return AddResult.DROPPED
+
+    def on_add(self, reply: Any) -> AddResult:
+        outcome = _RESULTS[int(reply)]
+        if self.counts is not None:
+            with self.lock:
+                self.counts.add(outcome)
+        return outcome
+
+    def on_get(self, reply: Any) -> GetReply:
+        status = int(reply[0])
+        fired = int(reply[4])
+        expired = [_text(k) for k in reply[5]]
+        if expired:
+            log.warning("Redis queue %r: the lease of %d key(s) ran out; handed out again: %s",
+                        self.name, len(expired), ", ".join(repr(k) for k in expired[:10]))
+        with self.lock:
+            self.expired_seen += len(expired)
+            if self.counts is not None:
+                self.counts.fired += fired
+                self.counts.adds += fired
+        if status == 1:
+            key = _text(reply[1])
+            lease = _text(reply[2])
+            waited = _text(reply[3])
+            with self.lock:
+                self.held[key] = lease
+                if self.counts is not None:
+                    self.counts.gets += 1
+            return GetReply(key, None, int(waited) if waited else None, fired)
+        wake = _text(reply[1])
+        wake_in = None
+        if wake and wake != "inf":
+            if self.clock is None:  # Redis time: the server said what time it is
+                wake_in = max(0.0, (float(wake) - float(_text(reply[2]))) / 1e6)
+            else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
+                wake_in = self.clock.real_wait(int(wake) * 1000)
+        return GetReply(None, wake_in, None, fired)
+
+    def begin_done(self, key: object) -> str | None:
+        """Take the lease of ``key`` out of ``held`` for a done() (None: this handle does not hold it)."""
+        k = check_key(key)
+        with self.lock:
+            return self.held.pop(k, None)
+
+    def abort_done(self, key: str, lease: str) -> None:
+        with self.lock:
+            self.held[key] = lease
+
+    def end_done(self, key: str, lease: str, reply: Any) -> bool:
+        code = int(reply)
+        with self.lock:
+            self.lost.discard((key, lease))
+            if self.counts is not None and code >= 0:
+                self.counts.done(True, code == 1)
+        if code < 0:
+            raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
+        return code == 1
+
+    def known_lost(self, key: str, lease: str) -> bool:
+        with self.lock:
+            return (key, lease) in self.lost
+
+    def renew_args(self) -> tuple[list[str], list[tuple[str, str]]] | None:
+        with self.lock:
+            pairs = [(k, v) for k, v in self.held.items() if (k, v) not in self.lost]
+        if not pairs:
+            return None
+        args = [self.now_arg(), str(self.lease_us)]
+        for k, v in pairs:
+            args += (k, v)
+        return args, pairs
+
+    def on_renew(self, pairs: list[tuple[str, str]], reply: Any) -> None:
+        lost_keys = {_text(k) for k in reply}
+        if not lost_keys:
+            return
+        with self.lock:
+            # A key finished (done) while the renewal was under way is not lost: only a lease still held counts.
+            really = [k for k, v in pairs if k in lost_keys and self.held.get(k) == v]
+            self.lost.update((k, self.held[k]) for k in really)
+        if really:
+            log.warning("Redis queue %r: lease lost for %s (not renewed in time; handed out again)",
+                        self.name, ", ".join(repr(k) for k in sorted(really)[:10]))
+
+    def token(self, key: str) -> int:
+        with self.lock:
+            lease = self.held.get(key)
+        if lease is None:
+            raise KeyError(f"this handle does not hold key {key!r}")
+        return int(lease.split("|", 1)[0])
+
+    def stats(self) -> QueueStats:
+        if self.counts is None:
+            raise RuntimeError("this queue does not count its decisions; build it with stats=True")
+        with self.lock:
+            return self.counts.snapshot()
+
+    def block_slice(self, remaining: float | None, wake_in: float | None, socket_timeout: float | None) -> float:
+        """Seconds for one blocking wait (BLPOP): the shortest of the time left, the time until something is due,
+        and a bound below the client's socket timeout (so a wait is never mistaken for a dead connection).
+        0 means "do not wait: look again now". Never below 10 ms otherwise: Redis 6.2 turns a BLPOP timeout of
+        about a millisecond into "wait forever"."""
+        bound = 60.0 if socket_timeout is None else max(0.01, socket_timeout - 1.0 if socket_timeout > 2 else
+                                                        socket_timeout / 2)
+        wait = bound
+        if remaining is not None:
+            wait = min(wait, remaining)
+        if wake_in is not None:
+            wait = min(wait, wake_in + 0.001)
+        return 0.0 if wait < 0.001 else max(wait, 0.01)

@@ -1,0 +1,428 @@
+"""The asyncio shell of the Redis-backed queues: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`.
+
+The same scripts, semantics and per-handle bookkeeping as :mod:`keyqueue.redis` (threads), over a
+``redis.asyncio.Redis`` client. Every call that talks to Redis is a coroutine (``await q.add(key)``,
+``await q.done(key)``, ``await q.len()`` ...): unlike the in-process asyncio queue, an add is a network round trip.
+``shut_down()`` is a plain method (callable from any thread). A handle belongs to the event loop it is first used
+in (as its client does). Its heartbeat is a task on that loop (``keyqueue-redis-heartbeat-<name>``) that renews
+this handle's leases every ``lease / 3`` seconds, from the first ``get`` until :meth:`Queue.aclose`: a loop blocked
+longer than the lease by synchronous work lets the leases run out, exactly like a stalled process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from keyqueue._core import AddResult, QueueStats, check_timeout
+from keyqueue.clock import Clock
+from keyqueue.errors import ShutDown
+from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.redis._protocol import (
+    OPERATIONS,
+    HandleState,
+    _text,
+    describe_url,
+    limiter_tree,
+    log,
+    socket_timeout_of,
+    translated,
+)
+from keyqueue.redis.errors import RedisQueueError
+from keyqueue.redis.threaded import _source, client_for
+
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+
+
+async def _heartbeat(ref: weakref.ReferenceType[Queue], interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        queue = ref()
+        if queue is None:
+            return
+        try:
+            if not await queue._renew():
+                return
+        except RedisQueueError as exc:  # Redis down: try again at the next beat (the lease may still hold)
+            log.warning("Redis queue %r: lease renewal failed: %s", queue.name, exc)
+        del queue
+
+
+class Queue:
+    """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
+    ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
+    ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
+    ``async for key in q`` call ``done`` on every exit."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        if client is not None and url is not None:
+            raise ValueError("give client= or url=, not both")
+        if metrics_provider is not None:
+            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
+                                      "metrics_provider (the process-wide provider is not used either)")
+        if client is None:
+            client, shown = client_for(url, asyncio=True)
+            self._owns_client = True
+        else:
+            shown = describe_url(client)
+            self._owns_client = False
+        self._client = client
+        self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
+        self.name = state.name
+        self.url = shown
+        self.clock = clock
+        self.lease_seconds = state.lease
+        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._socket_timeout = socket_timeout_of(client)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._beat: asyncio.Task[None] | None = None
+        self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
+        self._metrics: Any = None
+        if clock is not None:
+            clock.subscribe(self._on_clock_jump)
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    async def _call(self, op: str, args: list[str]) -> Any:
+        with translated(self.url, op):
+            return await self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+
+    @property
+    def _getters(self) -> int:
+        return self._state.getters
+
+    async def _wake_local(self, n: int) -> None:
+        if n <= 0:
+            return
+        with translated(self.url, "wake"):
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.rpush(self._state.wake_key, *(["1"] * n))
+                pipe.expire(self._state.wake_key, 60)
+                await pipe.execute()
+
+    def _wake_soon(self) -> None:
+        # From any thread: wake this handle's blocked getters, in their loop.
+        loop = self._loop
+        n = self._state.getters
+        if loop is None or n <= 0 or loop.is_closed():
+            return
+
+        def start() -> None:
+            task = loop.create_task(self._wake_local(n))
+            task.add_done_callback(_log_failure)
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(start)
+
+    def _on_clock_jump(self) -> None:
+        self._wake_soon()
+
+    def _ensure_heartbeat(self) -> None:
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.get_running_loop().create_task(
+                _heartbeat(weakref.ref(self), self.lease_seconds / 3), name=f"keyqueue-redis-heartbeat-{self.name}"
+            )
+
+    async def _renew(self) -> bool:
+        state = self._state
+        todo = state.renew_args()
+        if todo is None:
+            return not state.shutting_down
+        args, pairs = todo
+        state.on_renew(pairs, await self._call("renew", args))
+        return True
+
+    # -- adding -----------------------------------------------------------------------------------------------
+
+    async def add(self, key: str) -> AddResult:
+        """As :meth:`keyqueue.redis.Queue.add` (one round trip)."""
+        state = self._state
+        args = state.add_args(key)
+        if state.shutting_down:
+            return state.dropped()
+        return state.on_add(await self._call("add", args))
+
+    # -- handing out ------------------------------------------------------------------------------------------
+
+    async def get(self, timeout: float | None = None) -> str:
+        """As :meth:`keyqueue.redis.Queue.get`: waits in ``BLPOP`` (bounded by ``timeout`` and the next due time).
+        Cancelled while waiting, it takes nothing; cancelled during the script's round trip, a key it may have
+        been given is handed out again when its (never renewed) lease runs out."""
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        state = self._state
+        self._loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        woken = False
+        while True:
+            if state.shutting_down:
+                raise ShutDown
+            reply = state.on_get(await self._call("get", state.get_args()))
+            if reply.key is not None:
+                self._ensure_heartbeat()
+                return reply.key
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if woken:  # pass on a wake-up that may have announced an earlier delayed key
+                    await self._call("wake", [state.now_arg()])
+                raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
+            wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
+            if wait <= 0:
+                continue
+            with state.lock:
+                if state.shutting_down:
+                    raise ShutDown
+                state.getters += 1
+            try:
+                with translated(self.url, "get (waiting)"):
+                    popped = await self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+            finally:
+                with state.lock:
+                    state.getters -= 1
+            woken = woken or (popped is not None and _text(popped[0]) == state.notify_key)
+
+    async def done(self, key: str) -> bool:
+        """As :meth:`keyqueue.redis.Queue.done` (raises :class:`~keyqueue.redis.LeaseLost` for a lost lease)."""
+        state = self._state
+        lease = state.begin_done(key)
+        if lease is None:
+            return False
+        if state.known_lost(key, lease):
+            reply: Any = -1
+        else:
+            try:
+                reply = await self._call("done", [state.now_arg(), key, lease])
+            except BaseException:
+                state.abort_done(key, lease)
+                raise
+        try:
+            return state.end_done(key, lease, reply)
+        finally:
+            if not state.held:
+                for fut in self._idle:
+                    if not fut.done():
+                        fut.set_result(None)
+
+    def fencing_token(self, key: str) -> int:
+        """As :meth:`keyqueue.redis.Queue.fencing_token`."""
+        return self._state.token(key)
+
+    @contextlib.asynccontextmanager
+    async def lease(self, timeout: float | None = None) -> AsyncIterator[str]:
+        """``async with q.lease() as key:`` — ``get`` on entry, ``done`` on every exit (also cancellation)."""
+        key = await self.get(timeout)
+        try:
+            yield key
+        finally:
+            await self.done(key)
+
+    def __aiter__(self) -> KeyIterator:
+        """``async for key in q:`` — keys until :class:`~keyqueue.ShutDown`; each key is ``done`` when the loop
+        asks for the next one, and when the loop is left (``break``, exception, cancellation: the iterator then
+        schedules the ``done`` as a task on the loop as it is let go of; :meth:`KeyIterator.aclose` awaits it)."""
+        return KeyIterator(self)
+
+    # -- inspection -------------------------------------------------------------------------------------------
+
+    async def len(self) -> int:
+        """As ``len()`` of :class:`keyqueue.redis.Queue` (a coroutine: it is a round trip)."""
+        return int(await self._call("len", [self._state.now_arg()]))
+
+    async def inspect(self) -> dict[str, int]:
+        """As :meth:`keyqueue.redis.Queue.inspect`."""
+        r = await self._call("inspect", [""])
+        return dict(zip(("dirty", "queued", "processing", "delayed", "expired", "redelivered"),
+                        (int(x) for x in r), strict=True))
+
+    def stats(self) -> QueueStats:
+        """This handle's own decisions (``stats=True``); ``RuntimeError`` otherwise."""
+        return self._state.stats()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._state.shutting_down
+
+    @property
+    def held(self) -> list[str]:
+        with self._state.lock:
+            return list(self._state.held)
+
+    # -- shutdown ---------------------------------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """As :meth:`keyqueue.redis.Queue.shut_down` (per handle; a plain method, callable from any thread)."""
+        state = self._state
+        with state.lock:
+            state.shutting_down = True
+            state.draining = False
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._release_drainers)
+        self._wake_soon()
+
+    def _release_drainers(self) -> None:
+        for fut in self._idle:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+        """As :meth:`keyqueue.redis.Queue.shut_down_with_drain`: waits until this handle holds no key."""
+        timeout = check_timeout(timeout)
+        state = self._state
+        self._loop = loop = asyncio.get_running_loop()
+        with state.lock:
+            state.shutting_down = True
+            state.draining = True
+        self._wake_soon()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            with state.lock:
+                if not state.held:
+                    return True
+                if not state.draining:
+                    return False
+            wait = None if deadline is None else deadline - loop.time()
+            if wait is not None and wait <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            self._idle.append(fut)
+            try:
+                await asyncio.wait_for(fut, wait)
+            except TimeoutError:
+                pass
+            finally:
+                self._idle.remove(fut)
+
+    async def delete(self) -> int:
+        """As :meth:`keyqueue.redis.Queue.delete`."""
+        return int(await self._call("delete", [""]))
+
+    async def aclose(self) -> None:
+        """Shut this handle down, stop its heartbeat, close the client it built from ``url``. Idempotent."""
+        self.shut_down()
+        beat = self._beat
+        if beat is not None and not beat.done():
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (f"<keyqueue.redis.aio.{type(self).__name__} name={self.name!r} url={self.url} "
+                f"holder={self._state.holder} held={len(self._state.held)} "
+                f"shutting_down={self._state.shutting_down}>")
+
+
+class KeyIterator:
+    """The iterator of ``async for key in queue`` (one per loop): owns the key it returned last until it asks for
+    the next one, is closed, or is let go of."""
+
+    __slots__ = ("__weakref__", "_current", "_queue")
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._current: str | None = None
+
+    def __aiter__(self) -> KeyIterator:
+        return self
+
+    async def __anext__(self) -> str:
+        await self.aclose()
+        try:
+            key = await self._queue.get()
+        except ShutDown:
+            raise StopAsyncIteration from None
+        self._current = key
+        return key
+
+    async def aclose(self) -> None:
+        """``done`` the key returned last, if any (idempotent)."""
+        key, self._current = self._current, None
+        if key is not None:
+            await self._queue.done(key)
+
+    def __del__(self) -> None:
+        key, self._current = self._current, None
+        loop = self._queue._loop
+        if key is not None and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: loop.create_task(self._queue.done(key)).add_done_callback(
+                    _log_failure))
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("Redis queue: could not wake getters: %s", task.exception())
+
+
+class DelayingQueue(Queue):
+    """A :class:`Queue` with ``await add_after(key, delay)`` (as :meth:`keyqueue.redis.DelayingQueue.add_after`)."""
+
+    async def add_after(self, key: str, delay: float) -> AddResult:
+        state = self._state
+        args = state.add_after_args(key, delay)
+        if state.shutting_down:
+            return state.dropped()
+        return state.on_add(await self._call("add_after", args))
+
+
+class RateLimitingQueue(DelayingQueue):
+    """A :class:`DelayingQueue` with the shared rate limiter of :class:`keyqueue.redis.RateLimitingQueue`."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        rate_limiter: RateLimiter[Any] | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
+        self._tree = limiter_tree(self.rate_limiter)
+        super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
+                         clock=clock)
+
+    async def add_rate_limited(self, key: str) -> AddResult:
+        state = self._state
+        shut = state.shutting_down
+        reply = await self._call("add_rate_limited", state.rate_args(key, self._tree, record_only=shut))
+        if shut:
+            return state.dropped()
+        return state.on_add(reply[0])
+
+    async def forget(self, key: str) -> None:
+        state = self._state
+        await self._call("forget", [state.now_arg(), *state.add_args(key)[1:], *self._tree.per_key])
+
+    async def num_requeues(self, key: str) -> int:
+        state = self._state
+        return int(await self._call("num_requeues", [state.now_arg(), *state.add_args(key)[1:], *self._tree.per_key]))

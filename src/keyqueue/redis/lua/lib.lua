@@ -1,0 +1,126 @@
+-- keyqueue Redis library: prepended to every operation script (one EVALSHA each), never run on its own.
+--
+-- One queue is the keys under one hash tag, so every script can touch all of them on Redis Cluster too.
+-- KEYS (every script gets all of them, in this order):
+--   1 fifo     list    keys waiting to be handed out, head first; each is in dirty and not in proc, once
+--   2 dirty    set     keys that need processing: the waiting ones and the ones re-added while being processed
+--   3 proc     zset    keys handed out and not finished -> lease deadline (microseconds of queue time)
+--   4 lease    hash    key -> "token|holder" of its current lease (present exactly when the key is in proc)
+--   5 delay    zset    delayed keys -> ready time (microseconds); one entry per key, the earliest
+--   6 notify   list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
+--   7 fail     hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
+--   8 bucket   hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
+--   9 seq      string  the fencing-token counter (INCR): every lease gets a larger token than all before it
+--  10 counters hash    expired (leases that ran out and were handed out again), redelivered
+-- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME): the server's clock
+-- decides leases, delays and the bucket, whatever the clients' clocks say.
+local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local FAIL, BUCKET, SEQ, COUNTERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local NOTIFY_CAP = 32
+local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
+local INF = math.huge
+-- Go's InfDuration (2^63-1 ns) in seconds: a longer delay means "never".
+local MAX_DELAY_S = 9223372036.854775807
+
+-- Integers as exact decimal strings (redis.call would format a Lua number with %.14g and lose digits).
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Floats as round-trip decimal strings.
+local function flt(x)
+  if x == INF then return 'inf' end
+  return string.format('%.17g', x)
+end
+
+local function now_us()
+  if ARGV[1] ~= '' then
+    return tonumber(ARGV[1])
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function notify()
+  if redis.call('LLEN', NOTIFY) < NOTIFY_CAP then
+    redis.call('RPUSH', NOTIFY, '1')
+  end
+end
+
+-- The add of the state machine. 1 = DEDUP (already dirty), 2 = MARKED (being processed: done() queues it once
+-- more), 3 = QUEUED (joined the fifo tail).
+local function add_now(key, now)
+  if redis.call('SISMEMBER', DIRTY, key) == 1 then
+    return 1
+  end
+  redis.call('SADD', DIRTY, key)
+  if redis.call('ZSCORE', PROC, key) then
+    return 2
+  end
+  redis.call('RPUSH', FIFO, key)
+  notify()
+  return 3
+end
+
+-- Seconds -> microseconds of delay, as the in-process queue turns seconds into nanoseconds: at least one unit,
+-- rounded, and "never" (INF) from Go's InfDuration on. Callers handle delay <= 0 (now) first.
+local function delay_us(delay)
+  if delay >= MAX_DELAY_S then
+    return INF
+  end
+  return math.max(1, math.floor(delay * 1000000 + 0.5))
+end
+
+-- add_after's decision: <= 0 adds now; otherwise 4 = DELAYED (stored, or moved earlier), 5 = DELAY_KEPT (an
+-- earlier entry of this key exists). Earliest wins; a plain add never cancels a delayed entry.
+local function add_delayed(key, delay, now)
+  if delay <= 0 then
+    return add_now(key, now)
+  end
+  local ready = now + delay_us(delay)
+  local current = redis.call('ZSCORE', DELAY, key)
+  if current and tonumber(current) <= ready then
+    return 5
+  end
+  redis.call('ZADD', DELAY, flt(ready), key)
+  notify() -- a blocked getter re-computes how long it may sleep
+  return 4
+end
+
+-- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
+-- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+local function expire(now)
+  local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', int(now), 'LIMIT', 0, BATCH)
+  for _, key in ipairs(gone) do
+    redis.call('ZREM', PROC, key)
+    redis.call('HDEL', LEASE, key)
+    redis.call('SADD', DIRTY, key)
+    redis.call('RPUSH', FIFO, key)
+    notify()
+  end
+  if #gone > 0 then
+    redis.call('HINCRBY', COUNTERS, 'expired', #gone)
+  end
+  return gone
+end
+
+-- Delayed keys that are due, earliest first, go through add_now. Returns how many fired.
+local function promote(now)
+  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', int(now), 'LIMIT', 0, BATCH)
+  for _, key in ipairs(due) do
+    redis.call('ZREM', DELAY, key)
+    add_now(key, now)
+  end
+  return #due
+end
+
+-- The earliest time something changes by itself (a delayed key falls due, a lease runs out), or "" for never.
+local function next_wake()
+  local best = INF
+  local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
+  if d[2] then best = tonumber(d[2]) end
+  local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
+  if p[2] and tonumber(p[2]) < best then best = tonumber(p[2]) end
+  if best == INF then return '' end
+  return int(best)
+end

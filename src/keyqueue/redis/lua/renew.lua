@@ -1,0 +1,16 @@
+-- renew(lease, key1, lease1, key2, lease2, ...): the heartbeat: move each still-current lease's deadline to now +
+-- lease. Invariant kept: a lease that is no longer current (reclaimed, or held by someone else) is never
+-- extended, so a holder that was cut off cannot take a key back.
+-- ARGV: 1 now, 2 lease length in microseconds, then key/lease pairs.  Returns the keys whose lease is lost.
+local now = now_us()
+local deadline = int(now + tonumber(ARGV[2]))
+local lost = {}
+for i = 3, #ARGV, 2 do
+  local key = ARGV[i]
+  if redis.call('HGET', LEASE, key) == ARGV[i + 1] then
+    redis.call('ZADD', PROC, 'XX', deadline, key)
+  else
+    lost[#lost + 1] = key
+  end
+end
+return lost

@@ -1,0 +1,471 @@
+"""The threading shell of the Redis-backed queues: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`.
+
+Each handle talks to Redis through a ``redis.Redis`` client (thread-safe: one connection per concurrent call from
+its pool). Every operation is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
+One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
+this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` until
+:meth:`Queue.close` (or until the handle is shut down with nothing held, or garbage-collected).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Self
+
+from keyqueue._core import AddResult, QueueSnapshot, QueueStats, check_timeout
+from keyqueue.clock import Clock
+from keyqueue.errors import ShutDown
+from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.redis._protocol import (
+    DEFAULT_SOCKET_TIMEOUT,
+    OPERATIONS,
+    HandleState,
+    _text,
+    describe_url,
+    limiter_tree,
+    log,
+    script_source,
+    socket_timeout_of,
+    translated,
+)
+from keyqueue.redis.errors import LeaseLost, RedisQueueError
+
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+
+_SCRIPT_CACHE: dict[str, str] = {}
+
+
+def _source(op: str) -> str:
+    text = _SCRIPT_CACHE.get(op)
+    if text is None:
+        text = _SCRIPT_CACHE[op] = script_source(op)
+    return text
+
+
+def client_for(url: str | None, *, asyncio: bool) -> tuple[Any, str]:
+    """A client for ``url`` (default ``$KEYQUEUE_REDIS_URL``) with the default socket timeouts, and the URL."""
+    url = url if url is not None else os.environ.get("KEYQUEUE_REDIS_URL")
+    if url is None:
+        raise ValueError("a Redis queue needs client= or url= (or $KEYQUEUE_REDIS_URL)")
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}: {url!r:.80}")
+    if asyncio:
+        import redis.asyncio as module
+    else:
+        import redis as module  # type: ignore[no-redef]
+    try:
+        client = module.Redis.from_url(
+            url, socket_timeout=DEFAULT_SOCKET_TIMEOUT, socket_connect_timeout=DEFAULT_SOCKET_TIMEOUT,
+            decode_responses=True,
+        )
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
+    return client, url.split("@")[-1] if "@" in url else url
+
+
+def _heartbeat(ref: weakref.ReferenceType[Queue], stop: threading.Event, interval: float) -> None:
+    while not stop.wait(interval):
+        queue = ref()
+        if queue is None:
+            return
+        try:
+            if not queue._renew():
+                return
+        except Exception as exc:  # Redis down: log, and try again at the next beat (the lease may still hold)
+            log.warning("Redis queue %r: lease renewal failed: %s", queue.name, exc)
+        del queue
+
+
+class Queue:
+    """A work queue shared through Redis by every handle with the same ``name``, in any process on any host.
+
+    ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None)``.
+    ``client`` is a ``redis.Redis`` (used as given; its socket timeout bounds every call), else ``url`` (default
+    ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts unless the URL says otherwise).
+
+    Guarantees (client-go's, now across processes): a waiting key is not added twice; a key being processed
+    anywhere is marked and handed out once more after its ``done``; keys are handed out in FIFO order, each to one
+    holder at a time **while leases are honoured**. ``get`` hands out a lease of ``lease`` seconds that this
+    handle's heartbeat thread renews while the key is held. If it is not renewed in time (the process died,
+    stalled past the lease, or lost Redis), the key is handed out again and the old holder's ``done`` raises
+    :class:`~keyqueue.redis.LeaseLost`. A stalled holder can therefore overlap with the next one: fence side effects
+    (for Kubernetes writes, the resourceVersion precondition; or :meth:`fencing_token`, which only grows).
+
+    Every call is one atomic script in one round trip; none blocks longer than the client's socket timeout
+    except ``get`` waiting for a key (bounded by its ``timeout``). Redis unreachable:
+    :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
+    :class:`~keyqueue.redis.RedisQueueError`; neither changes anything. Keys are ``str`` (``TypeError`` otherwise).
+    ``clock``: for tests, a :class:`~keyqueue.FakeClock` replaces Redis's own clock (``TIME``) for this handle's
+    scripts; every handle of a queue must then use the same clock. ``metrics_provider``: not supported yet
+    (``NotImplementedError`` if given; no metrics are emitted); ``inspect()`` reads the shared numbers.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        if client is not None and url is not None:
+            raise ValueError("give client= or url=, not both")
+        if metrics_provider is not None:
+            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
+                                      "metrics_provider (the process-wide provider is not used either)")
+        if client is None:
+            client, shown = client_for(url, asyncio=False)
+            self._owns_client = True
+        else:
+            shown = describe_url(client)
+            self._owns_client = False
+        self._client = client
+        self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
+        self.name = state.name
+        self.url = shown
+        self.clock = clock
+        self.lease_seconds = state.lease
+        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._socket_timeout = socket_timeout_of(client)
+        self._idle = threading.Condition(state.lock)  # shut_down_with_drain() waits here for held keys to finish
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._metrics: Any = None
+        if clock is not None:
+            clock.subscribe(self._on_clock_jump)
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _call(self, op: str, args: list[str]) -> Any:
+        with translated(self.url, op):
+            return self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+
+    @property
+    def _getters(self) -> int:
+        return self._state.getters
+
+    def _wake_local(self, n: int) -> None:
+        # Wake n of this handle's blocked getters (their BLPOP also watches the private wake list).
+        if n <= 0:
+            return
+        with translated(self.url, "wake"):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.rpush(self._state.wake_key, *(["1"] * n))
+            pipe.expire(self._state.wake_key, 60)
+            pipe.execute()
+
+    def _on_clock_jump(self) -> None:
+        try:
+            self._wake_local(self._state.getters)
+        except RedisQueueError as exc:
+            log.warning("Redis queue %r: could not wake getters after a clock jump: %s", self.name, exc)
+
+    def _ensure_heartbeat(self) -> None:
+        if self._beat is None or not self._beat.is_alive():
+            self._stop.clear()
+            self._beat = threading.Thread(
+                target=_heartbeat, args=(weakref.ref(self), self._stop, self.lease_seconds / 3),
+                name=f"keyqueue-redis-heartbeat-{self.name}", daemon=True,
+            )
+            self._beat.start()
+
+    def _renew(self) -> bool:
+        """One heartbeat: renew every lease this handle holds. False: stop beating (shut down, nothing held)."""
+        state = self._state
+        todo = state.renew_args()
+        if todo is None:
+            return not state.shutting_down
+        args, pairs = todo
+        state.on_renew(pairs, self._call("renew", args))
+        return True
+
+    # -- adding -----------------------------------------------------------------------------------------------
+
+    def add(self, key: str) -> AddResult:
+        """Mark ``key`` as needing work: ``QUEUED``, ``DEDUP`` (already dirty), ``MARKED`` (being processed by some
+        holder: it is handed out once more after its ``done``) or ``DROPPED`` (this handle is shut down; nothing
+        is sent). One round trip. Raises ``TypeError`` for a non-``str`` key."""
+        state = self._state
+        args = state.add_args(key)
+        if state.shutting_down:
+            return state.dropped()
+        return state.on_add(self._call("add", args))
+
+    # -- handing out ------------------------------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> str:
+        """Take the next key under a lease, blocking while none is ready; the caller holds it until :meth:`done`.
+
+        Waiting is a ``BLPOP`` on the queue's wake-up list, bounded by ``timeout`` and by the time the next delayed
+        key (or run-out lease) falls due: no polling. Raises ``TimeoutError`` when ``timeout`` (seconds) passes,
+        :class:`~keyqueue.ShutDown` once this handle is shut down (at once: keys still queued stay in Redis for
+        the other handles), ``RedisUnavailable`` if Redis cannot be reached.
+        """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        state = self._state
+        deadline = None if timeout is None else time.monotonic() + timeout
+        woken = False  # a wait of this call took a wake-up token from the shared list
+        while True:
+            if state.shutting_down:
+                raise ShutDown
+            reply = state.on_get(self._call("get", state.get_args()))
+            if reply.key is not None:
+                if self._metrics is not None:
+                    self._metrics.got(reply.key, reply.waited_us)
+                self._ensure_heartbeat()
+                return reply.key
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if woken:
+                    # That wake-up may have been meant for a new, earlier delayed key: pass it on to another getter.
+                    self._call("wake", [state.now_arg()])
+                raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
+            wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
+            if wait <= 0:
+                continue
+            with state.lock:
+                if state.shutting_down:
+                    raise ShutDown
+                state.getters += 1
+            try:
+                with translated(self.url, "get (waiting)"):
+                    popped = self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+            finally:
+                with state.lock:
+                    state.getters -= 1
+            woken = woken or (popped is not None and _text(popped[0]) == state.notify_key)
+
+    def done(self, key: str) -> bool:
+        """Finish ``key``: ``True`` if it was added again meanwhile and is queued once more (a redelivery), else
+        ``False``. ``False`` too, with nothing sent, for a key this handle does not hold. Raises
+        :class:`~keyqueue.redis.LeaseLost` if the lease ran out and the key was handed out again (nothing is
+        changed), ``RedisUnavailable`` if Redis cannot be reached (the key stays held: call ``done`` again).
+        Works after shutdown (what a drain waits for)."""
+        state = self._state
+        lease = state.begin_done(key)
+        if lease is None:
+            return False
+        if state.known_lost(key, lease):
+            reply: Any = -1
+        else:
+            try:
+                reply = self._call("done", [state.now_arg(), key, lease])
+            except RedisQueueError:
+                state.abort_done(key, lease)
+                raise
+        try:
+            requeued = state.end_done(key, lease, reply)
+        finally:
+            if self._metrics is not None:
+                self._metrics.finished(key)
+            with state.lock:
+                if not state.held:
+                    self._idle.notify_all()
+        return requeued
+
+    def fencing_token(self, key: str) -> int:
+        """The token of this handle's lease on ``key``: larger than every token handed out before it in this
+        queue, so a store that remembers the largest token it saw can refuse writes from a stalled old holder.
+        ``KeyError`` if this handle does not hold ``key``."""
+        return self._state.token(key)
+
+    @contextmanager
+    def lease(self, timeout: float | None = None) -> Iterator[str]:
+        """``with q.lease() as key:`` — :meth:`get`, and :meth:`done` when the block exits however it exits."""
+        key = self.get(timeout)
+        try:
+            yield key
+        finally:
+            self.done(key)
+
+    def __iter__(self) -> Iterator[str]:
+        """``for key in q:`` — keys until :class:`~keyqueue.ShutDown`, each ``done`` when the body ends."""
+        while True:
+            try:
+                key = self.get()
+            except ShutDown:
+                return
+            try:
+                yield key
+            finally:
+                self.done(key)
+
+    # -- inspection -------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Keys waiting in Redis to be handed out (after firing due delayed keys and reclaiming run-out leases),
+        over all handles. One round trip. Informational."""
+        return int(self._call("len", [self._state.now_arg()]))
+
+    def inspect(self) -> dict[str, int]:
+        """The queue's shared state in one read: ``dirty`` (client-go's depth), ``queued``, ``processing``,
+        ``delayed``, and the counters ``expired`` (leases that ran out) and ``redelivered``."""
+        r = self._call("inspect", [""])
+        return dict(zip(("dirty", "queued", "processing", "delayed", "expired", "redelivered"),
+                        (int(x) for x in r), strict=True))
+
+    def snapshot(self) -> QueueSnapshot:
+        """The shared queue's structure sizes (as the in-process ``snapshot()``), from one :meth:`inspect` round
+        trip; ``shutting_down`` is this handle's. Raises ``RedisUnavailable`` if Redis cannot be reached."""
+        state = self.inspect()
+        return QueueSnapshot(dirty=state["dirty"], fifo=state["queued"], processing=state["processing"],
+                             delayed=state["delayed"], shutting_down=self._state.shutting_down)
+
+    def stats(self) -> QueueStats:
+        """This handle's own decisions (``stats=True``); ``fired`` counts delayed keys this handle's scripts fired.
+        Raises ``RuntimeError`` unless built with ``stats=True``."""
+        return self._state.stats()
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once this handle's ``shut_down()`` or ``shut_down_with_drain()`` was called."""
+        return self._state.shutting_down
+
+    @property
+    def held(self) -> list[str]:
+        """The keys this handle holds right now."""
+        with self._state.lock:
+            return list(self._state.held)
+
+    # -- shutdown ---------------------------------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """Shut down **this handle**: its adds are dropped, its getters raise :class:`~keyqueue.ShutDown` (blocked
+        ones are woken), its held keys can still be ``done`` (their leases are renewed until then). Other handles
+        carry on; nothing queued in Redis is lost. A concurrent :meth:`shut_down_with_drain` returns ``False``.
+        Idempotent; never waits."""
+        self._shut(drain=False)
+
+    def _shut(self, drain: bool) -> None:
+        state = self._state
+        with state.lock:
+            state.shutting_down = True
+            state.draining = drain
+            waiting = state.getters
+            self._idle.notify_all()
+        try:
+            self._wake_local(waiting)
+        except RedisQueueError as exc:  # the getters' own BLPOP fails on the same dead connection
+            log.warning("Redis queue %r: could not wake getters at shutdown: %s", self.name, exc)
+
+    def shut_down_with_drain(self, timeout: float | None = None) -> bool:
+        """Shut down (as :meth:`shut_down`), then block until this handle holds no key (every key it got is
+        ``done``). ``True`` when drained; ``False`` if ``timeout`` passed first or :meth:`shut_down` was called."""
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._shut(drain=True)
+        state = self._state
+        with state.lock:
+            while state.held:
+                if not state.draining:
+                    return False
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    return False
+                self._idle.wait(wait)
+            return True
+
+    def delete(self) -> int:
+        """Delete the queue's whole state in Redis (queued, processing, delayed, limiter state) for every handle,
+        in one script. Returns how many Redis keys existed. Handles still open see an empty queue afterwards."""
+        return int(self._call("delete", [""]))
+
+    def close(self) -> None:
+        """Shut this handle down, stop its heartbeat and close the client it built from ``url`` (a ``client=``
+        passed in stays open). Held keys' leases are no longer renewed. Idempotent."""
+        self.shut_down()
+        self._stop.set()
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} name={self.name!r} url={self.url} holder={self._state.holder} "
+                f"held={len(self._state.held)} shutting_down={self._state.shutting_down}>")
+
+
+class DelayingQueue(Queue):
+    """A :class:`Queue` with ``add_after``."""
+
+    def add_after(self, key: str, delay: float) -> AddResult:
+        """Add ``key`` after ``delay`` seconds of Redis time (``<= 0``: now; ``math.inf``: never). Of several
+        delayed adds of one key the earliest wins; a plain add does not cancel it. Returns ``DELAYED`` /
+        ``DELAY_KEPT`` (or what ``add`` returns for ``delay <= 0``); ``DROPPED`` after this handle's shutdown.
+        Due keys are moved to the FIFO by the scripts themselves (any handle's ``get``/``len``): no scheduler.
+        ``TypeError`` for a non-``str`` key or a non-number delay, ``ValueError`` for NaN; nothing changes."""
+        state = self._state
+        args = state.add_after_args(key, delay)
+        if state.shutting_down:
+            return state.dropped()
+        if self._metrics is not None:
+            self._metrics.retry()
+        return state.on_add(self._call("add_after", args))
+
+
+class RateLimitingQueue(DelayingQueue):
+    """A :class:`DelayingQueue` whose failed keys come back after a delay from a shared rate limiter.
+
+    ``rate_limiter`` (default :func:`~keyqueue.default_controller_rate_limiter`) describes the limiter; its state —
+    per-key failure counts and the one token bucket — lives in Redis and is shared by every handle, with the
+    same arithmetic as :mod:`keyqueue.ratelimit` on Redis's clock. Only :mod:`keyqueue.ratelimit`'s limiters can be
+    used (``TypeError`` otherwise).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        rate_limiter: RateLimiter[Any] | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
+        self._tree = limiter_tree(self.rate_limiter)
+        super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
+                         clock=clock)
+
+    def add_rate_limited(self, key: str) -> AddResult:
+        """Record a failure of ``key`` in the shared limiter and ``add_after`` it by the limiter's delay, in one
+        script. As in client-go the failure is recorded even after this handle's shutdown (the add is dropped)."""
+        state = self._state
+        shut = state.shutting_down
+        reply = self._call("add_rate_limited", state.rate_args(key, self._tree, record_only=shut))
+        if shut:
+            return state.dropped()
+        if self._metrics is not None:
+            self._metrics.retry()
+        return state.on_add(reply[0])
+
+    def forget(self, key: str) -> None:
+        """Clear the shared failure counts of ``key`` (its backoff starts over); the queue is untouched."""
+        state = self._state
+        self._call("forget", [state.now_arg(), *state.add_args(key)[1:], *self._tree.per_key])
+
+    def num_requeues(self, key: str) -> int:
+        """The failures of ``key`` the shared limiter remembers (the largest over its per-key limiters)."""
+        state = self._state
+        return int(self._call("num_requeues", [state.now_arg(), *state.add_args(key)[1:], *self._tree.per_key]))
+
+
+_ = LeaseLost  # re-exported by keyqueue.redis

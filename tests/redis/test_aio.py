@@ -1,0 +1,76 @@
+"""The asyncio shell on its own (the conformance suite drives it through a facade): native use in one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+import keyqueue.redis.aio as rq
+from keyqueue import AddResult, ShutDown
+from keyqueue.redis import RedisUnavailable
+
+
+def test_async_workers_share_keys_one_holder_each(redis_url: str) -> None:
+    async def main() -> list[str]:
+        name = f"aio-{uuid.uuid4().hex[:8]}"
+        async with rq.Queue(name, url=redis_url) as q, rq.Queue(name, url=redis_url) as other:
+            for i in range(20):
+                assert await q.add(f"k{i}") == AddResult.QUEUED
+            seen: list[str] = []
+
+            async def worker(handle: rq.Queue) -> None:
+                async for key in handle:
+                    assert key not in seen
+                    seen.append(key)
+                    if len(seen) == 20:
+                        q.shut_down()
+                        other.shut_down()
+
+            await asyncio.wait_for(asyncio.gather(worker(q), worker(other), worker(q)), 10)
+            assert q.held == [] and other.held == []
+            await q.delete()
+            return seen
+
+    assert sorted(asyncio.run(main())) == sorted(f"k{i}" for i in range(20))
+
+
+def test_lease_context_and_shutdown_wakes_a_waiting_get(redis_url: str) -> None:
+    async def main() -> None:
+        async with rq.RateLimitingQueue(f"aio-{uuid.uuid4().hex[:8]}", url=redis_url) as q:
+            await q.add("a")
+            async with q.lease(timeout=1) as key:
+                assert await q.add(key) == AddResult.MARKED
+            assert await q.len() == 1  # done ran and queued the re-add
+            assert await q.get(timeout=1) == "a"
+            assert await q.add_rate_limited("a") == AddResult.DELAYED
+            assert await q.num_requeues("a") == 1
+            await q.forget("a")
+            assert await q.num_requeues("a") == 0
+            assert await q.done("a") is False  # the rate-limited add is delayed, not dirty: no redelivery
+            assert await q.delete() > 0  # nothing left, not even the delayed "a": the next get() must wait
+            waiter = asyncio.ensure_future(q.get())
+            for _ in range(5000):
+                if q._getters or waiter.done():
+                    break
+                await asyncio.sleep(0.001)
+            assert q._getters == 1
+            q.shut_down()
+            with pytest.raises(ShutDown):
+                await asyncio.wait_for(waiter, 5)
+            await q.delete()
+
+    asyncio.run(main())
+
+
+def test_unreachable_redis_names_the_url() -> None:
+    async def main() -> None:
+        q = rq.Queue("x", url="redis://127.0.0.1:1/0")
+        with pytest.raises(RedisUnavailable, match="127"):
+            await q.add("a")
+        with pytest.raises(RedisUnavailable, match="127"):
+            await q.get(timeout=0.2)
+        await q.aclose()
+
+    asyncio.run(main())

@@ -1,0 +1,207 @@
+"""The Redis queue's own contract: str keys, bad input, unreachable or failing Redis, shared state, limiter
+arithmetic checked against keyqueue.ratelimit on the same inputs."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import keyqueue
+from keyqueue import AddResult, FakeClock, ShutDown
+from keyqueue.redis import LeaseLost, Queue, RateLimitingQueue, RedisQueueError, RedisUnavailable
+from keyqueue.redis.errors import LeaseLost as LeaseLostClass
+
+
+def test_keys_are_str_and_bad_input_changes_nothing(new_queue: Any) -> None:
+    q = new_queue(keyqueue.redis.DelayingQueue)
+    q.add("a")
+    for bad in (1, b"x", ("ns", "n"), None):
+        with pytest.raises(TypeError, match=type(bad).__name__):
+            q.add(bad)
+        with pytest.raises(TypeError, match=type(bad).__name__):
+            q.add_after(bad, 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        q.add_after("b", math.nan)
+    with pytest.raises(TypeError, match="str"):
+        q.add_after("b", "1")
+    assert q.inspect()["dirty"] == 1 and len(q) == 1
+    assert q.get(timeout=1) == "a"
+
+
+def test_names_and_options_are_checked(redis_url: str) -> None:
+    with pytest.raises(TypeError, match="name"):
+        Queue(42, url=redis_url)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="name"):
+        Queue("a{b}", url=redis_url)
+    with pytest.raises(ValueError, match="lease"):
+        Queue("x", url=redis_url, lease=0)
+    with pytest.raises(ValueError, match="not a Redis URL"):
+        Queue("x", url="http://127.0.0.1:1")
+    with pytest.raises(TypeError, match="rate_limiter"):
+        RateLimitingQueue("x", url=redis_url, rate_limiter=object())  # type: ignore[arg-type]
+
+
+def test_unreachable_redis_is_a_clear_error_naming_the_url_and_no_hang() -> None:
+    url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    q = keyqueue.redis.DelayingQueue("x", url=url)
+    start = time.monotonic()
+    for call in (lambda: q.add("a"), lambda: q.get(timeout=0.5), lambda: q.add_after("a", 1), lambda: len(q)):
+        with pytest.raises(RedisUnavailable, match=r"127\.0\.0\.1:1"):
+            call()
+    assert time.monotonic() - start < 10  # each call fails at once (connection refused), far below any timeout
+    q.close()
+
+
+def test_a_redis_error_reply_is_a_queue_error_and_changes_nothing(new_queue: Any, rclient: redis.Redis) -> None:
+    q = new_queue()
+    q.add("a")
+    rclient.config_set("maxmemory", "1")  # every write is refused (noeviction): OOM on the script's first write
+    try:
+        with pytest.raises(RedisQueueError, match="OOM"):
+            q.add("b")
+    finally:
+        rclient.config_set("maxmemory", "0")
+    assert q.inspect()["dirty"] == 1
+    assert q.get(timeout=1) == "a"
+    with pytest.raises(TimeoutError):
+        q.get(timeout=0.01)
+
+
+def test_many_adds_collapse_into_one_entry(new_queue: Any) -> None:
+    q = new_queue()
+    assert {q.add("default/target") for _ in range(2_000)} == {AddResult.QUEUED, AddResult.DEDUP}
+    assert len(q) == 1
+
+
+def test_two_handles_share_one_queue_and_one_holder_per_key(new_queue: Any) -> None:
+    a = new_queue(name="shared")
+    b = new_queue(name="shared")
+    assert a.add("k") == AddResult.QUEUED
+    assert b.add("k") == AddResult.DEDUP
+    assert b.get(timeout=1) == "k"
+    assert a.add("k") == AddResult.MARKED  # being processed by the other handle
+    with pytest.raises(TimeoutError):
+        a.get(timeout=0.05)  # held by b: never handed out twice
+    assert a.done("k") is False  # a does not hold it: nothing sent, nothing changed
+    assert b.done("k") is True
+    assert a.get(timeout=1) == "k"
+    assert a.done("k") is False
+
+
+def test_shutdown_is_per_handle_and_loses_nothing(new_queue: Any) -> None:
+    a = new_queue(name="per-handle")
+    b = new_queue(name="per-handle")
+    a.add("x")
+    a.add("y")
+    held = a.get(timeout=1)
+    a.add(held)
+    a.shut_down()
+    assert a.add("z") == AddResult.DROPPED
+    with pytest.raises(ShutDown):
+        a.get(timeout=1)
+    assert a.done(held) is True  # keys in flight can still be finished; the re-add is honoured
+    assert sorted([b.get(timeout=1), b.get(timeout=1)]) == ["x", "y"]
+    assert b.add("z") == AddResult.QUEUED  # the other handle carries on
+
+
+def test_drain_waits_for_this_handles_keys_in_flight(new_queue: Any) -> None:
+    import threading
+
+    q = new_queue()
+    q.add("a")
+    q.add("b")
+    key = q.get(timeout=1)
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(q.shut_down_with_drain(timeout=10)))
+    t.start()
+    t.join(0.05)
+    assert result == []  # still holding a key
+    q.done(key)
+    t.join(5)
+    assert result == [True]
+    assert len(q) == 1  # "b" stays queued for other handles
+
+
+def test_delete_removes_the_shared_state(new_queue: Any, rclient: redis.Redis) -> None:
+    q = new_queue(keyqueue.redis.RateLimitingQueue, name="to-delete")
+    q.add("a")
+    q.add_after("b", 100)
+    q.add_rate_limited("c")
+    assert rclient.keys("kq:{to-delete}:*")
+    assert q.delete() > 0
+    assert rclient.keys("kq:{to-delete}:*") == []
+    assert len(q) == 0
+
+
+def test_lease_lost_is_a_keyqueue_redis_error() -> None:
+    assert issubclass(LeaseLost, RedisQueueError) and LeaseLost is LeaseLostClass
+    err = LeaseLost("k", 7, "q")
+    assert err.key == "k" and err.token == 7 and "'k'" in str(err)
+
+
+REFERENCE_LIMITERS = [
+    lambda clock: keyqueue.ItemExponentialFailureRateLimiter(0.005, 1000.0),
+    lambda clock: keyqueue.ItemExponentialFailureRateLimiter(0.001, 0.05),
+    lambda clock: keyqueue.ItemFastSlowRateLimiter(0.01, 2.0, 3),
+    lambda clock: keyqueue.BucketRateLimiter(10, 5, clock=clock),
+    lambda clock: keyqueue.default_controller_rate_limiter(clock=clock),
+    lambda clock: keyqueue.WithMaxWaitRateLimiter(keyqueue.ItemExponentialFailureRateLimiter(0.1, 100.0), 1.0),
+    lambda clock: keyqueue.MaxOfRateLimiter(),
+]
+
+
+@pytest.mark.parametrize("make_limiter", REFERENCE_LIMITERS)
+def test_rate_limiter_arithmetic_matches_keyqueue_ratelimit(
+    make_limiter: Any, new_queue: Any, rclient: redis.Redis
+) -> None:
+    # The same sequence of failures, forgets and clock steps through the Lua limiter and the Python reference.
+    clock = FakeClock(start=1000.0)
+    reference = make_limiter(clock)
+    q = new_queue(RateLimitingQueue, rate_limiter=make_limiter(clock), clock=clock)
+    delay_key = q._state.keys[4]
+    steps = [("k1", 0.0)] * 8 + [("k2", 0.0), ("k1", 0.25), ("forget", 0.0), ("k1", 0.0), ("k2", 0.0)] * 4
+    for i, (key, step) in enumerate(steps):
+        clock.step(step)
+        if key == "forget":
+            reference.forget("k1")
+            q.forget("k1")
+            continue
+        want = reference.when(key)
+        rclient.zrem(delay_key, key)  # let every call store its own entry (earliest-wins would hide later delays)
+        q.add_rate_limited(key)
+        score = rclient.zscore(delay_key, key)
+        now_us = clock.now_ns() // 1000
+        if want <= 0:
+            assert score is None, (i, key)
+        elif want == math.inf:
+            assert score == math.inf, (i, key)
+        else:
+            assert score is not None and int(score) - now_us == max(1, round(want * 1e6)), (i, key, want)
+        assert q.num_requeues(key) == reference.num_requeues(key), (i, key)
+        rclient.delete(q._state.keys[0], q._state.keys[1])  # keep the FIFO empty: only the limiter is compared
+
+
+def test_metrics_provider_is_refused_rather_than_ignored(redis_url: str) -> None:
+    from keyqueue.metrics import SnapshotMetricsProvider
+
+    with pytest.raises(NotImplementedError, match="metrics"):
+        Queue("m", url=redis_url, metrics_provider=SnapshotMetricsProvider())
+
+
+def test_snapshot_counts_the_shared_structures_like_the_in_process_queue(new_queue: Any) -> None:
+    """The lab's funnel reads ``snapshot()``; on Redis it is the shared queue's sizes, from one round trip."""
+    q = new_queue(keyqueue.redis.DelayingQueue)
+    q.add("a")
+    q.add("b")
+    q.add_after("c", 3600.0)
+    assert q.get(timeout=5) == "a"
+    q.add("a")  # held and re-added: dirty, not in the FIFO
+    snap = q.snapshot()
+    assert (snap.dirty, snap.fifo, snap.processing, snap.delayed, snap.held_dirty) == (2, 1, 1, 1, 1)
+    assert not snap.shutting_down
+    q.done("a")
+    assert (q.snapshot().fifo, q.snapshot().processing) == (2, 0)

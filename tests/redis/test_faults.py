@@ -1,0 +1,100 @@
+"""Faults: a worker SIGKILLed while holding keys, Redis restarted (AOF), a worker cut off from Redis."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from keyqueue.redis import LeaseLost, Queue, RedisServer, RedisUnavailable
+from tests.redis.proxy import CuttableProxy
+
+# A worker process: takes two keys under a 1 s lease, says which, then hangs until it is killed.
+_WORKER = """
+import sys, threading
+from keyqueue.redis import Queue
+q = Queue(sys.argv[1], url=sys.argv[2], lease=1.0)
+held = [q.get(timeout=10), q.get(timeout=10)]
+print(" ".join(held), flush=True)
+threading.Event().wait()
+"""
+
+
+def test_keys_of_a_sigkilled_worker_come_back_after_the_lease(new_queue: Any, redis_url: str) -> None:
+    q = new_queue()
+    for k in ("a", "b", "c"):
+        q.add(k)
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, q.name, redis_url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout is not None
+        held = worker.stdout.readline().split()
+        assert sorted(held) == ["a", "b"]
+        q.add("a")  # re-added while the worker holds it: marked, not queued
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    # "c" is ready now; "a" and "b" come back once the dead worker's leases run out (the wait is bounded by the
+    # lease deadline, no polling), each exactly once.
+    got = [q.get(timeout=15) for _ in range(3)]
+    assert sorted(got) == ["a", "b", "c"]
+    assert q.inspect()["expired"] == 2
+    for k in got:
+        assert q.done(k) is False
+    with pytest.raises(TimeoutError):
+        q.get(timeout=0.05)  # nothing lost, nothing twice
+
+
+def test_state_survives_a_redis_restart_with_aof_and_clients_reconnect() -> None:
+    with RedisServer(appendonly=True, appendfsync="always") as server:
+        q = Queue(f"aof-{uuid.uuid4().hex[:8]}", url=server.url)
+        for k in ("a", "b", "c"):
+            q.add(k)
+        held = q.get(timeout=1)
+        q.add(held)  # marked while processing
+        server.kill()  # a crash: SIGKILL
+        with pytest.raises(RedisUnavailable, match=str(server.port)):
+            q.add("d")
+        server.start()  # same port and directory: the AOF is replayed
+        assert q.inspect() == {"dirty": 3, "queued": 2, "processing": 1, "delayed": 0, "expired": 0, "redelivered": 0}
+        assert q.done(held) is True  # the lease survived too; the re-add is honoured
+        assert [q.get(timeout=1) for _ in range(3)] == ["b", "c", "a"]
+        q.close()
+
+
+def test_a_cut_off_worker_loses_its_lease_and_done_raises_lease_lost(new_queue: Any, redis_url: str) -> None:
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    with CuttableProxy(port) as proxy:
+        name = f"cut-{uuid.uuid4().hex[:8]}"
+        cut_off = new_queue(name=name, url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.5", lease=1.0)
+        other = new_queue(name=name, lease=1.0)
+        cut_off.add("k")
+        assert cut_off.get(timeout=1) == "k"
+        token = cut_off.fencing_token("k")
+        proxy.cut()  # its heartbeat can no longer renew the lease
+        assert other.get(timeout=15) == "k"  # handed out again once the lease ran out
+        assert other.fencing_token("k") > token
+        proxy.restore()
+        with pytest.raises(LeaseLost) as lost:
+            cut_off.done("k")
+        assert lost.value.key == "k" and lost.value.token == token
+        assert other.inspect()["processing"] == 1  # the new holder's lease is untouched
+        assert other.done("k") is False
+        assert cut_off.inspect()["processing"] == 0
+
+
+def test_control_a_worker_that_is_not_cut_off_keeps_its_lease(new_queue: Any) -> None:
+    # Control for the test above: with the heartbeat reaching Redis, the key is not handed out again.
+    holder = new_queue(name="kept", lease=1.0)
+    other = new_queue(name="kept", lease=1.0)
+    holder.add("k")
+    assert holder.get(timeout=1) == "k"
+    with pytest.raises(TimeoutError):
+        other.get(timeout=2.5)  # 2.5 lease lengths: only the renewals keep the key from being handed out
+    assert holder.done("k") is False
