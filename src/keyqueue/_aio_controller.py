@@ -102,8 +102,8 @@ class Controller(ControllerBase[T]):
 
     async def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
-        seconds; ``None``: forever); with ``drain=True`` the keys still queued are reconciled first, within the
-        same timeout. When the timeout passes, the worker tasks still running are **cancelled** (their
+        seconds; ``None``/``math.inf``: forever); with ``drain=True`` the keys still queued are reconciled first,
+        within the same timeout. When the timeout passes, the worker tasks still running are **cancelled** (their
         ``done(key)`` still runs) and ``False`` is returned; otherwise ``True``. Idempotent. Requeues made while
         stopping are dropped (the queue is shut down)."""
         t = check_timeout(timeout)

@@ -76,24 +76,43 @@ def check_hashable(item: object) -> None:
         ) from None
 
 
-def check_delay(delay: object) -> float:
-    """Validate an ``add_after`` delay: a real number of seconds (<= 0 means now, ``math.inf`` means never)."""
+def _as_seconds(value: int | float, name: str) -> float:
+    # An int too large for a float (10**400) is a caller's mistake, not "forever": say so, naming the parameter.
+    try:
+        return float(value)
+    except OverflowError:
+        bits = value.bit_length() if isinstance(value, int) else 0
+        raise ValueError(
+            f"{name} is too large to be a number of seconds (an int of {bits} bits); "
+            "use math.inf for 'never' / 'forever'"
+        ) from None
+
+
+def check_delay(delay: object, name: str = "delay") -> float:
+    """Validate a delay named ``name``: a real number of seconds (<= 0 means now, ``math.inf`` means never).
+
+    Raises ``TypeError`` for a non-number (``bool`` included) and ``ValueError`` for NaN or an ``int`` too large to
+    be a float (``10**400``), naming ``name``."""
     if not isinstance(delay, (int, float)) or isinstance(delay, bool):
-        raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__}: {delay!r:.80}")
+        raise TypeError(f"{name} must be a number of seconds, got {type(delay).__name__}: {delay!r:.80}")
     if delay != delay:
-        raise ValueError("delay must be a number of seconds, got NaN")
-    return float(delay)
+        raise ValueError(f"{name} must be a number of seconds, got NaN")
+    return _as_seconds(delay, name)
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    """Validate a ``timeout=`` argument: ``None`` (wait forever) or a number of seconds >= 0."""
+def check_timeout(timeout: float | None, name: str = "timeout") -> float | None:
+    """Validate a timeout named ``name``: ``None`` or ``math.inf`` (wait forever; any value above
+    ``threading.TIMEOUT_MAX`` is as good as forever) or a number of seconds >= 0.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative value, NaN or an ``int`` too large to
+    be a float (``10**400``), naming ``name``."""
     if timeout is None:
         return None
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-        raise TypeError(f"timeout must be None or seconds, got {type(timeout).__name__}: {timeout!r:.80}")
+        raise TypeError(f"{name} must be None or seconds, got {type(timeout).__name__}: {timeout!r:.80}")
     if not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
-    return float(timeout)
+        raise ValueError(f"{name} must be >= 0 seconds, got {timeout!r}")
+    return _as_seconds(timeout, name)
 
 
 class _Empty:
@@ -306,7 +325,13 @@ class QueueCore(Generic[T]):
         try:
             self.processing.remove(item)
         except KeyError:
+            # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
+            # TypeError branch: set.remove looks a set up as a frozenset.)
+            check_hashable(item)
             return False
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
+            raise
         if self.metrics is not None:
             self.metrics.done(item, self.clock.now_ns())
         if item in self.dirty:

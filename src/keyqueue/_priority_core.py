@@ -197,7 +197,7 @@ class PriorityCore(Generic[T]):
         """
         check_hashable(item)
         check_priority(priority)
-        return self.add_checked(item, priority, check_delay(after), rate_limiter)
+        return self.add_checked(item, priority, check_delay(after, "after"), rate_limiter)
 
     def add_checked(self, item: T, priority: int, delay: float, rate_limiter: RateLimiter[T] | None) -> AddResult:
         """:meth:`add_with_opts` for arguments already validated (the shells validate before taking their lock):
@@ -397,6 +397,9 @@ class PriorityCore(Generic[T]):
             del self.processing[item]
         except KeyError:
             return False
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
+            raise
         if self.metrics is not None:
             self.metrics.done(item, self.clock.now_ns())
         entry = self._items.get(item)

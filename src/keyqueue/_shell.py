@@ -51,6 +51,11 @@ class ShellBase(Generic[T]):
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(
+                f"clock must be a keyqueue.Clock (RealClock, FakeClock or a subclass), got {type(clock).__name__}: "
+                f"{clock!r:.80}"
+            )
         self.name = name
         self.clock: Clock = clock if clock is not None else RealClock()
         # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.

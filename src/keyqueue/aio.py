@@ -134,8 +134,9 @@ class Queue(ShellBase[T]):
 
         Returns at once (without suspending) when a key is ready. After shutdown, keys still queued are handed
         out; once none is left, raises :class:`~keyqueue.ShutDown` (also in every ``get()`` that was waiting).
-        With ``timeout`` (seconds, real time), raises ``TimeoutError`` if no key became ready in time (a negative or
-        NaN ``timeout``: ``ValueError``; a non-number: ``TypeError``; nothing is taken). Cancelled
+        With ``timeout`` (seconds, real time; ``None`` or ``math.inf``: forever), raises ``TimeoutError`` if no key
+        became ready in time (a negative or NaN ``timeout`` or an ``int`` too large for a float: ``ValueError``; a
+        non-number: ``TypeError``; nothing is taken). Cancelled
         while waiting, it takes nothing out of the queue (see the module docstring).
         """
         if timeout is not None:
@@ -238,10 +239,10 @@ class Queue(ShellBase[T]):
         """Shut down (as :meth:`shut_down`), then wait until the FIFO is empty **and** no key is being
         processed: queued keys, and keys re-added during processing, are still handed out and finished.
 
-        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds) passed first or :meth:`shut_down` was
-        called meanwhile. Every caller waiting here returns when the queue drains. It waits forever if workers
-        stop calling ``done`` and no timeout is given. Cancelling it only stops the waiting: the queue stays shut
-        down and draining.
+        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds; ``None`` or ``math.inf``: forever) passed
+        first or :meth:`shut_down` was called meanwhile. Every caller waiting here returns when the queue drains.
+        It waits forever if workers stop calling ``done`` and no timeout is given. Cancelling it only stops the
+        waiting: the queue stays shut down and draining.
         """
         timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()

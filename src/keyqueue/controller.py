@@ -56,7 +56,7 @@ from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
 from keyqueue.priority import PriorityAdds, PriorityQueue
 from keyqueue.ratelimit import default_controller_rate_limiter
-from keyqueue.threaded import RateLimitingQueue
+from keyqueue.threaded import RateLimitingQueue, os_wait
 
 if TYPE_CHECKING:
     import logging
@@ -334,7 +334,7 @@ class ControllerBase(Generic[T]):
             raise TypeError(f"workers must be an int, got {type(workers).__name__}: {workers!r:.80}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
-        stop_timeout = check_timeout(stop_timeout)
+        stop_timeout = check_timeout(stop_timeout, "stop_timeout")
         rlq = self._rate_limiting_queue_class
         if queue is None:
             if use_priority_queue:
@@ -490,7 +490,7 @@ class Controller(ControllerBase[T]):
 
     def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
-        seconds; ``None``: forever).
+        seconds; ``None`` or ``math.inf``: forever).
 
         With ``drain=True`` the workers first reconcile every key still queued (within the same timeout); otherwise
         the backlog is dropped. Requeues made while stopping are dropped (the queue is shut down). Returns ``True``
@@ -510,7 +510,7 @@ class Controller(ControllerBase[T]):
         for th in threads:
             if th is threading.current_thread():
                 continue  # stop() called from inside a reconcile: that worker exits when it returns
-            th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            th.join(None if deadline is None else os_wait(max(0.0, deadline - time.monotonic())))
         ok = not any(th.is_alive() and th is not threading.current_thread() for th in threads)
         if not ok:
             with self._state:

@@ -13,15 +13,26 @@ import threading
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from keyqueue._core import EMPTY, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
 
-__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue", "os_wait"]
 
 T = TypeVar("T", bound=Hashable)
+
+_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
+
+
+def os_wait(seconds: float | None) -> float | None:
+    """A wait the OS accepts: ``None`` stays ``None``; more than :data:`threading.TIMEOUT_MAX` (~292 years, or
+    ``math.inf``) becomes that maximum (``Condition.wait`` and ``Thread.join`` raise ``OverflowError`` above it).
+    Callers loop on their own deadline, so a maximal wait that ends is simply taken again."""
+    if seconds is None or seconds <= _TIMEOUT_MAX:
+        return seconds
+    return _TIMEOUT_MAX
 
 
 class Queue(ShellBase[T]):
@@ -56,8 +67,9 @@ class Queue(ShellBase[T]):
 
         After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
         (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
-        ``TimeoutError`` if no key became ready in time; a negative or NaN ``timeout`` raises ``ValueError`` and a
-        non-number ``TypeError``, before anything is taken.
+        ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
+        :data:`threading.TIMEOUT_MAX`: wait forever); a negative or NaN ``timeout``, or an ``int`` too large for a
+        float, raises ``ValueError`` and a non-number ``TypeError``, before anything is taken.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -94,7 +106,7 @@ class Queue(ShellBase[T]):
                     wait = until_due
             self._getters += 1
             try:
-                self._readable.wait(wait)
+                self._readable.wait(os_wait(wait))
             finally:
                 self._getters -= 1
             item = core.pop()
@@ -146,9 +158,9 @@ class Queue(ShellBase[T]):
         """Shut down (as :meth:`shut_down`), then block until the FIFO is empty **and** no key is being
         processed: queued keys, and keys re-added during processing, are still handed out and finished.
 
-        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds) passed first or :meth:`shut_down` was
-        called meanwhile. Every caller waiting here returns when the queue drains. It blocks forever if workers
-        stop calling ``done`` and no timeout is given.
+        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds; ``None`` or ``math.inf``: forever) passed
+        first or :meth:`shut_down` was called meanwhile. Every caller waiting here returns when the queue drains.
+        It blocks forever if workers stop calling ``done`` and no timeout is given.
         """
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -163,7 +175,7 @@ class Queue(ShellBase[T]):
                     return verdict
                 self._drainers += 1
                 try:
-                    self._idle.wait(wait)
+                    self._idle.wait(os_wait(wait))
                 finally:
                     self._drainers -= 1
 
