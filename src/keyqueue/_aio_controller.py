@@ -37,7 +37,9 @@ class Controller(ControllerBase[T]):
 
     ``reconcile(key)`` is a coroutine function (a plain function returning ``None``/``Result`` also works, but
     it runs on the event loop). Arguments, outcomes and metrics as :class:`keyqueue.Controller`. An ``Exception``
-    from reconcile never ends a worker task; ``KeyboardInterrupt``/``SystemExit`` propagate as asyncio intends.
+    from reconcile never ends a worker task unless ``recover_panic=False`` (then an unexpected one ends its task,
+    stops the controller and is raised again by :meth:`run` and on leaving ``async with``; see :attr:`failure`);
+    ``KeyboardInterrupt``/``SystemExit`` propagate as asyncio intends.
 
     :meth:`start` must be called in a running event loop; :meth:`stop`, :meth:`run` and ``async with`` are
     coroutines of that loop. Adding keys to :attr:`queue` works from any thread.
@@ -60,11 +62,12 @@ class Controller(ControllerBase[T]):
         metrics_provider: Any = None,
         registry: Any = None,
         logger: logging.Logger | None = None,
+        recover_panic: bool = True,
     ) -> None:
         super().__init__(
             reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
             use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,
-            registry=registry, logger=logger,
+            registry=registry, logger=logger, recover_panic=recover_panic,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -111,16 +114,19 @@ class Controller(ControllerBase[T]):
         self._queue.shut_down()
         current = asyncio.current_task()
         tasks = [task for task in self._tasks if task is not current and not task.done()]
-        if not tasks:
-            return True
-        _, pending = await asyncio.wait(tasks, timeout=t)
-        if not pending:
-            return True
-        self._dropping = True
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return False
+        ok = True
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=t)
+            if pending:
+                self._dropping = True
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                ok = False
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # a crashed worker's exception is in self.failure: mark it retrieved
+        return ok
 
     async def run(self, *, handle_signals: bool = True) -> bool:
         """Start (unless started), wait until :meth:`stop` is requested, the queue is shut down and empty, or —
@@ -144,7 +150,10 @@ class Controller(ControllerBase[T]):
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        return await self.stop(self.stop_timeout)
+        ok = await self.stop(self.stop_timeout)
+        if self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed: fail fast, in the caller
+        return ok
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self.log.info("controller %s: %s received, stopping", self.name, sig.name)
@@ -165,6 +174,8 @@ class Controller(ControllerBase[T]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop(self.stop_timeout)
+        if exc is None and self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed
 
     # -- workers ------------------------------------------------------------------------------------------------
 
@@ -216,6 +227,10 @@ class Controller(ControllerBase[T]):
                 raise
             except Exception as exc:
                 error = exc
+            if error is None:
+                error = self._bad_result(result)
+            if error is not None and self._crash(key, error):
+                raise error  # recover_panic=False: done(key) below, then the worker task ends
             self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
             del error
         finally:
