@@ -144,6 +144,11 @@ class MetricsRecorder(Protocol):
 
     def retry(self) -> None: ...
 
+    def shut_down(self, t_ns: int) -> None:
+        """The queue is shutting down (called once, before the first shutdown takes effect). As in client-go, the
+        in-flight gauges (unfinished work, longest-running processor) are no longer updated from here on."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
@@ -352,6 +357,8 @@ class QueueCore(Generic[T]):
 
         ``drain=False`` also cancels a drain in progress.
         """
+        if self.metrics is not None and not self.shutting_down:
+            self.metrics.shut_down(self.clock.now_ns())
         self.shutting_down = True
         self.draining = drain
         self._heap.clear()

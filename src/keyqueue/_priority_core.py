@@ -103,6 +103,8 @@ class PriorityMetricsRecorder(Protocol):
 
     def retry(self) -> None: ...
 
+    def shut_down(self, t_ns: int) -> None: ...
+
 
 class PriorityCore(Generic[T]):
     """The priority-queue state machine (see the module docstring). Not thread-safe: callers hold a lock.
@@ -428,6 +430,8 @@ class PriorityCore(Generic[T]):
         """Stop accepting adds; drop every waiting key. Ready keys stay and are still handed out (also those
         re-added while being processed, after their ``done``). ``drain=False`` also cancels a drain in progress.
         Idempotent."""
+        if self.metrics is not None and not self.shutting_down:
+            self.metrics.shut_down(self.clock.now_ns())  # the in-flight gauges stop moving (client-go)
         self.shutting_down = True
         self.draining = drain
         items = self._items

@@ -123,6 +123,9 @@ class PriorityRecorder:
     def retry(self) -> None:
         self.inner.retry()
 
+    def shut_down(self, t_ns: int) -> None:
+        self.inner.shut_down(t_ns)
+
 
 def new_priority_core(
     name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: threading.Lock

@@ -100,6 +100,9 @@ class DepthProbe:
     def retry(self) -> None:
         self.inner.retry()
 
+    def shut_down(self, t_ns: int) -> None:
+        self.inner.shut_down(t_ns)
+
 
 TICK = itertools.count()  # one global order of events; next() on it is atomic under the GIL
 
