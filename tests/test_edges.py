@@ -7,15 +7,19 @@ synchronous facades the other suites use.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import keyqueue
-from keyqueue import FakeClock
+from keyqueue import AddResult, FakeClock, KeyMutatedError
+from keyqueue.metrics import SnapshotMetricsProvider
 from tests.priority.conftest import build as build_priority
 from tests.shells import SHELLS, wait_for_getters, wait_until
 
@@ -180,3 +184,231 @@ def test_done_of_an_unhashable_item_is_a_type_error_like_add(make: Any) -> None:
         q.done({1})
     assert q.get(timeout=0) == "k"
     q.done("k")
+
+
+# -- item 2: a key mutated while the queue holds it --------------------------------------------------------------
+
+
+class Mutable:
+    """A key whose hash follows a field that the test changes (the mistake item 2 is about)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mutable) and other.name == self.name
+
+    def __repr__(self) -> str:
+        return f"Mutable({self.name!r})"
+
+
+def _depth(provider: SnapshotMetricsProvider) -> int:
+    return provider.snapshot()["m"].depth
+
+
+def test_a_key_mutated_while_waiting_is_a_clear_error_and_the_others_flow(make: Any) -> None:
+    provider = SnapshotMetricsProvider()
+    q = make(name="m", metrics_provider=provider)
+    m = Mutable("a")
+    for key in ("before", m, "after"):
+        q.add(key)
+    m.name = "b"
+    assert q.get(timeout=0) == "before"
+    q.done("before")
+    with pytest.raises(KeyMutatedError, match=r"Mutable\('b'\).*mutated while waiting") as caught:
+        q.get(timeout=0)
+    assert caught.value.key is m
+    del caught
+    assert q.get(timeout=0) == "after"
+    q.done("after")
+    assert len(q) == 0 and _depth(provider) == 0  # forgotten everywhere, metrics included
+    assert q.add(m) is AddResult.QUEUED  # as it is now, it is an ordinary key again
+    assert q.get(timeout=0) is m
+    assert q.done(m) is False
+    ref = weakref.ref(m)
+    del m
+    gc.collect()
+    assert ref() is None  # the queue (and its recorder) kept no reference to the dropped key
+
+
+def test_a_key_mutated_while_being_processed_is_reported_by_done(make: Any) -> None:
+    provider = SnapshotMetricsProvider()
+    q = make(name="m", metrics_provider=provider)
+    m = Mutable("a")
+    q.add(m)
+    assert q.get(timeout=0) is m
+    assert q.add(m) is AddResult.MARKED  # re-added while processing, under its old hash
+    m.name = "b"
+    with pytest.raises(KeyMutatedError, match="being processed"):
+        q.done(m)
+    assert len(q) == 0 and _depth(provider) == 0
+    q.add("x")
+    assert q.get(timeout=0) == "x"
+    q.done("x")
+    assert q.shut_down_with_drain(timeout=5) is True  # nothing is left "processing"
+    ref = weakref.ref(m)
+    del m
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_key_mutated_while_delayed_is_reported_when_due(make: Any) -> None:
+    clock = FakeClock()
+    q = make(clock=clock)
+    m = Mutable("a")
+    q.add_after(m, 5)
+    q.add_after("later", 6)
+    m.name = "b"
+    clock.step(6)
+    with pytest.raises(KeyMutatedError, match=r"Mutable\('b'\)"):
+        q.get(timeout=0)
+    assert q.get(timeout=0) == "later"
+    q.done("later")
+    assert len(q) == 0
+
+
+def test_a_getter_woken_for_a_mutated_key_passes_the_wake_up_on(make: Any) -> None:
+    q = make()
+    t1, out1 = in_thread(lambda: q.get(timeout=5))
+    t2, out2 = in_thread(lambda: q.get(timeout=5))
+    wait_for_getters(q, 2)
+    m = Mutable("a")
+    with q._lock:  # two keys arrive, the first one mutated, and one getter is woken (as one add would)
+        q._core.add(m)
+        m.name = "b"
+        q._core.add("k")
+        q._wake_one()
+    t1.join(6)
+    t2.join(6)
+    results = out1 + out2
+    assert "k" in results  # the getter that met the mutated key woke the other one for "k"
+    assert any(isinstance(r, KeyMutatedError) for r in results)
+    q.done("k")
+
+
+def test_a_controller_worker_survives_mutated_keys(caplog: pytest.LogCaptureFixture) -> None:
+    done = threading.Event()
+    seen: list[object] = []
+
+    def reconcile(key: object) -> None:
+        seen.append(key)
+        if isinstance(key, Mutable) and key.name == "p":
+            key.name = "mutated-by-reconcile"  # done() will find it mutated
+        if key == "last":
+            done.set()
+
+    c: keyqueue.Controller[Any] = keyqueue.Controller(reconcile, workers=1)
+    waiting = Mutable("w")
+    for key in ("first", waiting, Mutable("p"), "last"):
+        c.queue.add(key)
+    waiting.name = "changed"  # mutated while waiting
+    with c:
+        assert done.wait(5)
+    assert [k for k in seen if isinstance(k, str)] == ["first", "last"]
+    assert len(c.queue) == 0
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "Mutable('changed')" in messages and "Mutable('mutated-by-reconcile')" in messages
+
+
+def test_an_aio_controller_worker_survives_mutated_keys(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> list[object]:
+        finished = asyncio.Event()
+        seen: list[object] = []
+
+        async def reconcile(key: object) -> None:
+            seen.append(key)
+            if isinstance(key, Mutable) and key.name == "p":
+                key.name = "mutated-by-reconcile"
+            if key == "last":
+                finished.set()
+
+        c: keyqueue.aio.Controller[Any] = keyqueue.aio.Controller(reconcile, workers=1)
+        waiting = Mutable("w")
+        for key in ("first", waiting, Mutable("p"), "last"):
+            c.queue.add(key)
+        waiting.name = "changed"
+        async with c:
+            await asyncio.wait_for(finished.wait(), 5)
+        return seen
+
+    seen = asyncio.run(main())
+    assert [k for k in seen if isinstance(k, str)] == ["first", "last"]
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "Mutable('changed')" in messages and "Mutable('mutated-by-reconcile')" in messages
+
+
+# -- item 3: a key whose own __eq__ raises ---------------------------------------------------------------------
+
+
+class Touchy:
+    """All Touchy keys collide (one hash); comparing with an ``explosive`` one raises."""
+
+    def __init__(self, name: str, explosive: bool = False) -> None:
+        self.name = name
+        self.explosive = explosive
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Touchy):
+            return False
+        if self.explosive or other.explosive:
+            raise RuntimeError(f"__eq__ of {self.name} and {other.name}")
+        return other.name == self.name
+
+    def __repr__(self) -> str:
+        return f"Touchy({self.name!r})"
+
+
+def test_an_add_whose_eq_raises_changes_nothing(make: Any) -> None:
+    q = make()
+    a, b = Touchy("a"), Touchy("b", explosive=True)
+    q.add(a)
+    assert q.get(timeout=0) is a
+    with pytest.raises(RuntimeError, match="__eq__"):
+        q.add(b)  # compared with a, which is being processed
+    assert len(q) == 0
+    q.done(a)
+    assert q.add(b) is AddResult.QUEUED  # not "DEDUP": the failed add left no mark behind
+    assert q.get(timeout=0) is b
+    q.done(b)
+    assert len(q) == 0
+
+
+def test_a_get_whose_eq_raises_keeps_the_key_queued_and_the_others_flowing(make: Any) -> None:
+    q = make()
+    a, b = Touchy("a"), Touchy("b")
+    q.add(a)
+    q.add(b)
+    assert q.get(timeout=0) is a
+    b.explosive = True  # from now on comparing b with a raises (a is being processed)
+    q.add("c")
+    with pytest.raises(RuntimeError, match="__eq__"):
+        q.get(timeout=0)  # b, the head, cannot join the processing set
+    assert len(q) == 2  # b is still queued (behind c)
+    assert q.get(timeout=0) == "c"
+    q.done("c")
+    b.explosive = False
+    q.done(a)
+    assert q.get(timeout=0) is b  # nothing was lost
+    q.done(b)
+    assert len(q) == 0
+
+
+def test_a_done_whose_eq_raises_changes_nothing(make: Any) -> None:
+    q = make()
+    a, b = Touchy("a"), Touchy("b")
+    q.add(a)
+    q.add(b)
+    assert q.get(timeout=0) is a
+    assert q.get(timeout=0) is b
+    a.explosive = True
+    with pytest.raises(RuntimeError, match="__eq__"):
+        q.done(b)  # looking b up compares it with a
+    a.explosive = False
+    assert q.done(b) is False and q.done(a) is False  # both were still being processed
+    assert q.shut_down_with_drain(timeout=5) is True

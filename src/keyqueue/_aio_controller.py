@@ -192,8 +192,12 @@ class Controller(ControllerBase[T]):
                     key, priority = await self._get()
                 except ShutDown:
                     return
+                except Exception as exc:  # a worker survives anything a key does
+                    self._get_failed(exc)
+                    await asyncio.sleep(0)  # a get() that fails at once must not starve the other tasks
+                    continue
                 if self._dropping:
-                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    self._done(key)  # stopping without drain: the key is dropped
                     return
                 await self._process(key, priority)
         finally:
@@ -234,6 +238,6 @@ class Controller(ControllerBase[T]):
             self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
             del error
         finally:
-            self._queue.done(key)
+            self._done(key)
             if m is not None:
                 m.worker_active(-1)

@@ -26,6 +26,7 @@ from enum import IntEnum
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.errors import KeyMutatedError
 
 __all__ = [
     "EMPTY",
@@ -38,6 +39,7 @@ __all__ = [
     "check_delay",
     "check_hashable",
     "check_timeout",
+    "purge_stale",
 ]
 
 T = TypeVar("T", bound=Hashable)
@@ -115,6 +117,36 @@ def check_timeout(timeout: float | None, name: str = "timeout") -> float | None:
     return _as_seconds(timeout, name)
 
 
+def purge_stale(container: set[Any] | dict[Any, Any], item: object) -> int:
+    """Remove the entries of the very object ``item`` that its current hash can no longer find (stored under the
+    hash it had before it was mutated), rebuilding ``container`` in place. Returns how many were removed.
+
+    O(len(container)); only called once a mutation has been detected. An entry ``item`` can still find (it was
+    added again after the mutation) is kept, and so are entries of other, equal objects."""
+    try:
+        findable = item in container
+    except Exception:
+        findable = False
+    same = [k for k in container if k is item]
+    stale = len(same) - findable
+    if stale <= 0:
+        return 0
+    if isinstance(container, dict):
+        kept = [(k, v) for k, v in container.items() if k is not item]
+        value = container.get(item) if findable else None
+        container.clear()
+        container.update(kept)
+        if findable:
+            container[item] = value
+    else:
+        kept_keys = [k for k in container if k is not item]
+        container.clear()
+        container.update(kept_keys)
+        if findable:
+            container.add(item)
+    return stale
+
+
 class _Empty:
     __slots__ = ()
 
@@ -147,6 +179,11 @@ class MetricsRecorder(Protocol):
     def shut_down(self, t_ns: int) -> None:
         """The queue is shutting down (called once, before the first shutdown takes effect). As in client-go, the
         in-flight gauges (unfinished work, longest-running processor) are no longer updated from here on."""
+        ...
+
+    def lost(self, item: Hashable) -> None:
+        """The queue dropped ``item`` because it was mutated (its hash changed): forget it (by identity), and
+        take it out of depth if it was counted there."""
         ...
 
 
@@ -227,10 +264,13 @@ class QueueCore(Generic[T]):
         dirty = self.dirty
         if item in dirty:
             return DEDUP
+        # Every lookup (each may call the key's own __eq__, which may raise) comes before the first change, so an
+        # exception leaves the queue as if the add had not happened.
+        marked = item in self.processing
         if self.metrics is not None:
             self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
         dirty.add(item)
-        if item in self.processing:
+        if marked:
             return MARKED
         self.fifo.append(item)
         return QUEUED
@@ -281,6 +321,11 @@ class QueueCore(Generic[T]):
                 del waiting[item]
                 self._fire(item, entry[0])
                 fired += 1
+            elif item is not _SUPERSEDED:
+                # A live entry its key's hash cannot find: the key was mutated while delayed. Forget the entry and
+                # put the key in the fifo without marking it dirty: the pop that reaches it raises KeyMutatedError.
+                purge_stale(waiting, item)
+                self.fifo.append(item)
         return fired
 
     def _fire(self, item: T, ready_ns: int) -> None:
@@ -316,30 +361,63 @@ class QueueCore(Generic[T]):
         if not fifo:
             return EMPTY
         item = fifo.popleft()
-        self.dirty.remove(item)
-        self.processing.add(item)
+        try:
+            self.dirty.remove(item)
+        except KeyError:
+            raise self._mutated(item, "waiting in the queue") from None
+        except BaseException:
+            fifo.append(item)  # the key's own __eq__ raised: still queued, behind the others so that they flow
+            raise
+        try:
+            self.processing.add(item)
+        except BaseException:
+            self._requeue_after_failed_pop(item)
+            raise
         if self.metrics is not None:
             self.metrics.get(item, self.clock.now_ns())
         return item
 
+    def _requeue_after_failed_pop(self, item: T) -> None:
+        # processing.add raised (the key's __eq__, against a key being processed): make it dirty and queued again,
+        # at the back. If even that raises, the key is dropped (it is then in no set and no fifo, so consistent).
+        try:
+            self.dirty.add(item)
+        except BaseException:
+            return
+        self.fifo.append(item)
+
+    def _mutated(self, item: T, where: str) -> KeyMutatedError:
+        """Forget ``item`` everywhere by identity (its hash changed, so lookups cannot find it) and return the
+        error to raise."""
+        purge_stale(self.dirty, item)
+        purge_stale(self.processing, item)
+        if self.metrics is not None:
+            self.metrics.lost(item)
+        return KeyMutatedError(item, where)
+
     def done(self, item: T) -> bool:
         """Finish processing ``item``. Returns True if it was re-added meanwhile and is now back in the fifo.
 
-        ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate).
+        ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate); of a key
+        being processed under the hash it had before it was mutated, raises KeyMutatedError (forgetting it).
         """
         try:
+            # Looked up before any change: the key's own __eq__ may raise, and then nothing has changed.
+            requeue = item in self.dirty
             self.processing.remove(item)
         except KeyError:
             # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
             # TypeError branch: set.remove looks a set up as a frozenset.)
             check_hashable(item)
+            if any(k is item for k in self.processing):  # it is, under the hash it had: it was mutated
+                raise self._mutated(item, "being processed") from None
             return False
         except TypeError:
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
         if self.metrics is not None:
             self.metrics.done(item, self.clock.now_ns())
-        if item in self.dirty:
+        if requeue:
             self.fifo.append(item)
             return True
         return False

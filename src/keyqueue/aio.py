@@ -145,7 +145,11 @@ class Queue(ShellBase[T]):
         lock.acquire()
         try:
             core = self._core
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is not EMPTY:
                 if self._getters and core.has_ready():
                     self._wake_one()  # several delayed keys fell due at once: pass the wake-up on
@@ -164,7 +168,11 @@ class Queue(ShellBase[T]):
             lock.acquire()
             try:
                 # The pop happens here, after the await below; nothing between it and the return awaits.
-                item = core.pop()
+                try:
+                    item = core.pop()
+                except BaseException:  # a mutated key, or a key's own __eq__ raised
+                    self._after_failed_pop()
+                    raise
                 if item is not EMPTY:
                     if getters and core.has_ready():
                         self._wake_one()

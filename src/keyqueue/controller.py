@@ -59,7 +59,7 @@ from keyqueue._core import check_delay, check_timeout
 from keyqueue._priority_core import check_priority
 from keyqueue._signals import recorded_signals
 from keyqueue.clock import Clock
-from keyqueue.errors import ShutDown
+from keyqueue.errors import KeyMutatedError, ShutDown
 from keyqueue.priority import PriorityAdds, PriorityQueue
 from keyqueue.ratelimit import default_controller_rate_limiter
 from keyqueue.threaded import RateLimitingQueue, os_wait
@@ -419,6 +419,21 @@ class ControllerBase(Generic[T]):
     def _request_stop(self) -> None:
         raise NotImplementedError
 
+    def _get_failed(self, exc: Exception) -> None:
+        """A worker's ``get`` raised something else than ``ShutDown`` (a key mutated in the queue, a key's own
+        ``__eq__`` raising): log it; the worker goes on with the next key."""
+        self.log.error("controller %s: taking a key from the queue failed: %s", self.name, exc,
+                       exc_info=None if isinstance(exc, KeyMutatedError) else exc)
+
+    def _done(self, key: T) -> None:
+        """``queue.done(key)`` for a worker, which must survive whatever the key does (a mutated key raises
+        :class:`~keyqueue.KeyMutatedError` here)."""
+        try:
+            self._queue.done(key)
+        except Exception as exc:
+            self.log.error("controller %s: done(%r) failed: %s", self.name, key, exc,
+                           exc_info=None if isinstance(exc, KeyMutatedError) else exc)
+
     @staticmethod
     def _bad_result(result: object) -> TypeError | None:
         if result is None or isinstance(result, Result):
@@ -655,8 +670,11 @@ class Controller(ControllerBase[T]):
                     key, priority = self._get()
                 except ShutDown:
                     return
+                except Exception as exc:  # a worker survives anything a key does
+                    self._get_failed(exc)
+                    continue
                 if self._dropping:
-                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    self._done(key)  # stopping without drain: the key is dropped
                     return
                 self._process(key, priority)
         finally:
@@ -701,6 +719,6 @@ class Controller(ControllerBase[T]):
             self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
             del error  # no reference cycle through the traceback
         finally:
-            self._queue.done(key)
+            self._done(key)
             if m is not None:
                 m.worker_active(-1)

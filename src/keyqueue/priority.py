@@ -126,6 +126,11 @@ class PriorityRecorder:
     def shut_down(self, t_ns: int) -> None:
         self.inner.shut_down(t_ns)
 
+    def lost(self, item: Hashable, ready_priority: int | None) -> None:
+        if ready_priority is not None:
+            self.depth.dec(ready_priority)
+        self.inner.lost(item)
+
 
 def new_priority_core(
     name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: threading.Lock

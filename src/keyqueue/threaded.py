@@ -65,6 +65,9 @@ class Queue(ShellBase[T]):
     def get(self, timeout: float | None = None) -> T:
         """Take the next key, blocking while none is ready. The caller owns it until :meth:`done`.
 
+        A key whose hash changed while it was queued is dropped and reported by raising
+        :class:`~keyqueue.KeyMutatedError` (the next ``get`` goes on with the other keys); if the key's own
+        ``__eq__`` raises, the exception propagates and the key stays queued, behind the others.
         After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
         (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
         ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
@@ -77,7 +80,11 @@ class Queue(ShellBase[T]):
         lock.acquire()
         try:
             core = self._core
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is EMPTY:
                 return self._wait_and_pop(timeout)
             if self._getters and core.has_ready():
@@ -109,7 +116,11 @@ class Queue(ShellBase[T]):
                 self._readable.wait(os_wait(wait))
             finally:
                 self._getters -= 1
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is not EMPTY:
                 if self._getters and core.has_ready():
                     self._readable.notify()

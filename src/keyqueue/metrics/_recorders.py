@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from keyqueue._core import purge_stale
 from keyqueue.clock import Clock
 
 if TYPE_CHECKING:
@@ -191,6 +192,11 @@ class PushRecorder:
     def shut_down(self, t_ns: int) -> None:
         self._stopped = True
 
+    def lost(self, item: Hashable) -> None:
+        if purge_stale(self._added, item):
+            self._depth.dec()  # it was dirty: counted in depth
+        purge_stale(self._started, item)
+
     def refresh(self) -> None:
         """Set the unfinished-work and longest-running gauges from the keys being processed now (takes the
         queue's lock; the gauges' ``set`` is called with it held, as in client-go). After the queue's shutdown
@@ -283,6 +289,10 @@ class PullRecorder:
 
     def retry(self) -> None:
         self.retries[0] += 1
+
+    def lost(self, item: Hashable) -> None:
+        purge_stale(self.added, item)  # in place: the provider's slot holds this very dict
+        purge_stale(self._started, item)
 
     def shut_down(self, t_ns: int) -> None:
         if self._frozen is None:
