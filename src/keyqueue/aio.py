@@ -136,8 +136,10 @@ class Queue(ShellBase[T]):
         out; once none is left, raises :class:`~keyqueue.ShutDown` (also in every ``get()`` that was waiting).
         With ``timeout`` (seconds, real time; ``None`` or ``math.inf``: forever), raises ``TimeoutError`` if no key
         became ready in time (a negative or NaN ``timeout`` or an ``int`` too large for a float: ``ValueError``; a
-        non-number: ``TypeError``; nothing is taken). Cancelled
-        while waiting, it takes nothing out of the queue (see the module docstring).
+        non-number: ``TypeError``; nothing is taken). Cancelled while waiting, it takes nothing out of the queue
+        (see the module docstring). A key whose hash changed while it was queued is dropped and reported by
+        raising :class:`~keyqueue.KeyMutatedError` (the next ``get`` goes on with the other keys); if the key's own
+        ``__eq__`` raises, the exception propagates and the key stays queued, behind the others.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
