@@ -190,19 +190,25 @@ def test_done_of_an_unhashable_item_is_a_type_error_like_add(make: Any) -> None:
 
 
 class Mutable:
-    """A key whose hash follows a field that the test changes (the mistake item 2 is about)."""
+    """A key whose hash is a field the test changes (the mistake item 2 is about).
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    The hashes are small ints chosen so that the mutated key's new hash probes an empty slot of the queue's small
+    sets and dicts: CPython compares identity before hashes, so a lookup whose probe happened to reach the key's
+    old slot would still find it (then nothing is wrong to report, and the key simply goes on as what it is now).
+    The other keys are ints 5..9, which hash to themselves, away from those slots.
+    """
+
+    def __init__(self, h: int) -> None:
+        self.h = h
 
     def __hash__(self) -> int:
-        return hash(self.name)
+        return self.h
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mutable) and other.name == self.name
+        return isinstance(other, Mutable) and other.h == self.h
 
     def __repr__(self) -> str:
-        return f"Mutable({self.name!r})"
+        return f"Mutable({self.h})"
 
 
 def _depth(provider: SnapshotMetricsProvider) -> int:
@@ -212,18 +218,18 @@ def _depth(provider: SnapshotMetricsProvider) -> int:
 def test_a_key_mutated_while_waiting_is_a_clear_error_and_the_others_flow(make: Any) -> None:
     provider = SnapshotMetricsProvider()
     q = make(name="m", metrics_provider=provider)
-    m = Mutable("a")
-    for key in ("before", m, "after"):
+    m = Mutable(0)
+    for key in (5, m, 6):
         q.add(key)
-    m.name = "b"
-    assert q.get(timeout=0) == "before"
-    q.done("before")
-    with pytest.raises(KeyMutatedError, match=r"Mutable\('b'\).*mutated while waiting") as caught:
+    m.h = 3
+    assert q.get(timeout=0) == 5
+    q.done(5)
+    with pytest.raises(KeyMutatedError, match=r"Mutable\(3\).*mutated while waiting") as caught:
         q.get(timeout=0)
     assert caught.value.key is m
     del caught
-    assert q.get(timeout=0) == "after"
-    q.done("after")
+    assert q.get(timeout=0) == 6
+    q.done(6)
     assert len(q) == 0 and _depth(provider) == 0  # forgotten everywhere, metrics included
     assert q.add(m) is AddResult.QUEUED  # as it is now, it is an ordinary key again
     assert q.get(timeout=0) is m
@@ -237,17 +243,17 @@ def test_a_key_mutated_while_waiting_is_a_clear_error_and_the_others_flow(make: 
 def test_a_key_mutated_while_being_processed_is_reported_by_done(make: Any) -> None:
     provider = SnapshotMetricsProvider()
     q = make(name="m", metrics_provider=provider)
-    m = Mutable("a")
+    m = Mutable(0)
     q.add(m)
     assert q.get(timeout=0) is m
     assert q.add(m) is AddResult.MARKED  # re-added while processing, under its old hash
-    m.name = "b"
+    m.h = 3
     with pytest.raises(KeyMutatedError, match="being processed"):
         q.done(m)
     assert len(q) == 0 and _depth(provider) == 0
-    q.add("x")
-    assert q.get(timeout=0) == "x"
-    q.done("x")
+    q.add(7)
+    assert q.get(timeout=0) == 7
+    q.done(7)
     assert q.shut_down_with_drain(timeout=5) is True  # nothing is left "processing"
     ref = weakref.ref(m)
     del m
@@ -258,15 +264,15 @@ def test_a_key_mutated_while_being_processed_is_reported_by_done(make: Any) -> N
 def test_a_key_mutated_while_delayed_is_reported_when_due(make: Any) -> None:
     clock = FakeClock()
     q = make(clock=clock)
-    m = Mutable("a")
+    m = Mutable(0)
     q.add_after(m, 5)
-    q.add_after("later", 6)
-    m.name = "b"
+    q.add_after(6, 6)
+    m.h = 3
     clock.step(6)
-    with pytest.raises(KeyMutatedError, match=r"Mutable\('b'\)"):
+    with pytest.raises(KeyMutatedError, match=r"Mutable\(3\)"):
         q.get(timeout=0)
-    assert q.get(timeout=0) == "later"
-    q.done("later")
+    assert q.get(timeout=0) == 6
+    q.done(6)
     assert len(q) == 0
 
 
@@ -275,69 +281,66 @@ def test_a_getter_woken_for_a_mutated_key_passes_the_wake_up_on(make: Any) -> No
     t1, out1 = in_thread(lambda: q.get(timeout=5))
     t2, out2 = in_thread(lambda: q.get(timeout=5))
     wait_for_getters(q, 2)
-    m = Mutable("a")
+    m = Mutable(0)
     with q._lock:  # two keys arrive, the first one mutated, and one getter is woken (as one add would)
         q._core.add(m)
-        m.name = "b"
-        q._core.add("k")
+        m.h = 3
+        q._core.add(6)
         q._wake_one()
     t1.join(6)
     t2.join(6)
     results = out1 + out2
-    assert "k" in results  # the getter that met the mutated key woke the other one for "k"
+    assert 6 in results  # the getter that met the mutated key woke the other one for 6
     assert any(isinstance(r, KeyMutatedError) for r in results)
-    q.done("k")
+    q.done(6)
+
+
+def _mutating_reconcile(seen: list[object], last: Callable[[], None]) -> Callable[[object], None]:
+    def reconcile(key: object) -> None:
+        seen.append(key)
+        if isinstance(key, Mutable) and key.h == 1:
+            key.h = 4  # mutated by its reconcile: done() finds it mutated
+        if key == 9:
+            last()
+
+    return reconcile
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> str:
+    return " ".join(r.getMessage() for r in caplog.records)
 
 
 def test_a_controller_worker_survives_mutated_keys(caplog: pytest.LogCaptureFixture) -> None:
-    done = threading.Event()
+    finished = threading.Event()
     seen: list[object] = []
-
-    def reconcile(key: object) -> None:
-        seen.append(key)
-        if isinstance(key, Mutable) and key.name == "p":
-            key.name = "mutated-by-reconcile"  # done() will find it mutated
-        if key == "last":
-            done.set()
-
-    c: keyqueue.Controller[Any] = keyqueue.Controller(reconcile, workers=1)
-    waiting = Mutable("w")
-    for key in ("first", waiting, Mutable("p"), "last"):
+    c: keyqueue.Controller[Any] = keyqueue.Controller(_mutating_reconcile(seen, finished.set), workers=1)
+    waiting = Mutable(0)
+    for key in (5, waiting, Mutable(1), 9):
         c.queue.add(key)
-    waiting.name = "changed"  # mutated while waiting
+    waiting.h = 3  # mutated while waiting
     with c:
-        assert done.wait(5)
-    assert [k for k in seen if isinstance(k, str)] == ["first", "last"]
+        assert finished.wait(5)
+    assert [k for k in seen if isinstance(k, int)] == [5, 9]  # one worker, alive throughout
     assert len(c.queue) == 0
-    messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "Mutable('changed')" in messages and "Mutable('mutated-by-reconcile')" in messages
+    assert "Mutable(3)" in _messages(caplog) and "Mutable(4)" in _messages(caplog)
 
 
 def test_an_aio_controller_worker_survives_mutated_keys(caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> list[object]:
         finished = asyncio.Event()
         seen: list[object] = []
-
-        async def reconcile(key: object) -> None:
-            seen.append(key)
-            if isinstance(key, Mutable) and key.name == "p":
-                key.name = "mutated-by-reconcile"
-            if key == "last":
-                finished.set()
-
-        c: keyqueue.aio.Controller[Any] = keyqueue.aio.Controller(reconcile, workers=1)
-        waiting = Mutable("w")
-        for key in ("first", waiting, Mutable("p"), "last"):
+        c: keyqueue.aio.Controller[Any] = keyqueue.aio.Controller(_mutating_reconcile(seen, finished.set), workers=1)
+        waiting = Mutable(0)
+        for key in (5, waiting, Mutable(1), 9):
             c.queue.add(key)
-        waiting.name = "changed"
+        waiting.h = 3
         async with c:
             await asyncio.wait_for(finished.wait(), 5)
         return seen
 
     seen = asyncio.run(main())
-    assert [k for k in seen if isinstance(k, str)] == ["first", "last"]
-    messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "Mutable('changed')" in messages and "Mutable('mutated-by-reconcile')" in messages
+    assert [k for k in seen if isinstance(k, int)] == [5, 9]
+    assert "Mutable(3)" in _messages(caplog) and "Mutable(4)" in _messages(caplog)
 
 
 # -- item 3: a key whose own __eq__ raises ---------------------------------------------------------------------

@@ -287,13 +287,16 @@ class QueueCore(Generic[T]):
         check_hashable(item)
         if self.shutting_down:
             return DROPPED
-        if self.metrics is not None:
-            self.metrics.retry()
         if delay <= 0:
-            return self.add(item)
+            outcome = self.add(item)  # first: if the key's __eq__ raises, not even the retry is counted
+            if self.metrics is not None:
+                self.metrics.retry()
+            return outcome
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
         ready = self.clock.now_ns() + delay_ns
-        live = self._waiting.get(item)
+        live = self._waiting.get(item)  # before any change (the key's __eq__ may raise)
+        if self.metrics is not None:
+            self.metrics.retry()
         if live is not None:
             if live[0] <= ready:
                 return DELAY_KEPT

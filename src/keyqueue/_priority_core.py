@@ -224,8 +224,6 @@ class PriorityCore(Generic[T]):
             delay = effective_delay(item, delay, rate_limiter)
         if delay <= 0:
             return self._add_ready(item, priority, None)
-        if self.metrics is not None:
-            self.metrics.retry()
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
         now = self.clock.now_ns()
         return self._add_waiting(item, priority, now, now + delay_ns)
@@ -280,7 +278,9 @@ class PriorityCore(Generic[T]):
     def _add_waiting(self, item: T, priority: int, now_ns: int, ready_ns: int) -> AddResult:
         self.promote_due(now_ns)
         items = self._items
-        old = items.get(item)
+        old = items.get(item)  # before any change (the key's __eq__ may raise)
+        if self.metrics is not None:
+            self.metrics.retry()  # every accepted add with an effective delay > 0
         if old is None:
             self._counter += 1
             self._waiting_n += 1

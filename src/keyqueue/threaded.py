@@ -19,7 +19,7 @@ from keyqueue._core import EMPTY, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
 
-__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue", "os_wait"]
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
 T = TypeVar("T", bound=Hashable)
 
