@@ -8,8 +8,10 @@ synchronous facades the other suites use.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
+import random
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -415,3 +417,36 @@ def test_a_done_whose_eq_raises_changes_nothing(make: Any) -> None:
     a.explosive = False
     assert q.done(b) is False and q.done(a) is False  # both were still being processed
     assert q.shut_down_with_drain(timeout=5) is True
+
+
+def test_priority_core_knows_every_superseded_heap_entry() -> None:
+    """The mutated-key detection of the priority core rests on one invariant: a heap entry that is not live is
+    exactly one whose id is in the core's stale set. Checked after a seeded random mix of adds (raised priorities,
+    delays), hand-outs, dones and clock steps, with heap compaction happening along the way."""
+    rng = random.Random(16)
+    clock = FakeClock()
+    q: keyqueue.PriorityQueue[int] = keyqueue.PriorityQueue(clock=clock)
+    core = q._pcore
+    handed: list[int] = []
+    nonempty = 0
+    for step in range(20_000):
+        k, r = rng.randrange(200), rng.random()
+        if r < 0.4:
+            q.add(k, priority=rng.randrange(-5, 5))
+        elif r < 0.6:
+            q.add(k, priority=rng.randrange(-5, 5), after=rng.random())
+        elif r < 0.75:
+            with contextlib.suppress(TimeoutError):
+                handed.append(q.get(timeout=0))
+        elif r < 0.9 and handed:
+            q.done(handed.pop(rng.randrange(len(handed))))
+        else:
+            clock.step(0.05)
+        if step % 997 == 0:
+            items = core._items
+            dead_ready = {id(e) for e in core._ready if items.get(e[2]) is not e}
+            dead_waiting = {id(e) for e in core._waiting if items.get(e[3]) is not e}
+            assert dead_ready == core._stale_ready
+            assert dead_waiting == core._stale_waiting
+            nonempty += bool(dead_ready) and bool(dead_waiting)
+    assert nonempty > 5  # the checks saw superseded entries in both heaps, not just empty sets
