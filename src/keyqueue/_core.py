@@ -39,6 +39,7 @@ __all__ = [
     "check_delay",
     "check_hashable",
     "check_timeout",
+    "holds",
     "purge_stale",
 ]
 
@@ -115,6 +116,12 @@ def check_timeout(timeout: float | None, name: str = "timeout") -> float | None:
     if not timeout >= 0:
         raise ValueError(f"{name} must be >= 0 seconds, got {timeout!r}")
     return _as_seconds(timeout, name)
+
+
+def holds(container: set[Any] | dict[Any, Any], item: object) -> bool:
+    """Whether ``container`` holds the very object ``item`` (an identity scan: O(len), for error paths only; a
+    function of its own so that the hot methods calling it on their miss path need no closure)."""
+    return any(k is item for k in container)
 
 
 def purge_stale(container: set[Any] | dict[Any, Any], item: object) -> int:
@@ -412,7 +419,7 @@ class QueueCore(Generic[T]):
             # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
             # TypeError branch: set.remove looks a set up as a frozenset.)
             check_hashable(item)
-            if any(k is item for k in self.processing):  # it is, under the hash it had: it was mutated
+            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
                 raise self._mutated(item, "being processed") from None
             return False
         except TypeError:

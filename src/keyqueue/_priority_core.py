@@ -53,6 +53,7 @@ from keyqueue._core import (
     _Empty,
     check_delay,
     check_hashable,
+    holds,
     purge_stale,
 )
 from keyqueue.clock import Clock, seconds_to_ns
@@ -505,7 +506,7 @@ class PriorityCore(Generic[T]):
             entry = self._items.get(item)  # before any change: the key's own __eq__ may raise
             del self.processing[item]
         except KeyError:
-            if any(k is item for k in self.processing):  # it is, under the hash it had: it was mutated
+            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
                 raise self._mutated_processing(item) from None
             return False
         except TypeError:
