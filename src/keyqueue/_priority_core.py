@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue._core import (
     _MAX_DELAY_NS,
@@ -63,6 +63,7 @@ from keyqueue.ratelimit import RateLimiter
 __all__ = ["CountingPriorityCore", "PriorityCore", "PriorityMetricsRecorder", "check_priority", "effective_delay"]
 
 T = TypeVar("T", bound=Hashable)
+E = TypeVar("E", bound=tuple[Any, ...])
 
 _COMPACT_MIN: Final = 64  # heaps smaller than this are never rebuilt
 
@@ -85,6 +86,16 @@ def effective_delay(item: T, after: float, rate_limiter: RateLimiter[T] | None) 
         return after
     r = rate_limiter.when(item)
     return r if after == 0 or r < after else after
+
+
+def _compacted(heap: list[E], stale: set[int]) -> list[E]:
+    """``heap`` without its superseded entries (those whose id is in ``stale``, which is then emptied), as a new
+    heap. Entries that are not live but not superseded either (a mutated key's) stay, for a pop to report them. A
+    function of its own so that the push methods calling it need no closure cell on every call."""
+    kept = [e for e in heap if id(e) not in stale]
+    stale.clear()
+    heapq.heapify(kept)
+    return kept
 
 
 class PriorityMetricsRecorder(Protocol):
@@ -306,20 +317,14 @@ class PriorityCore(Generic[T]):
         heap = self._ready
         heapq.heappush(heap, entry)
         if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._ready_n:
-            stale = self._stale_ready  # (not "not live": a mutated key's entry stays, for pop to report)
-            self._ready = heap = [e for e in heap if id(e) not in stale]
-            stale.clear()
-            heapq.heapify(heap)
+            self._ready = _compacted(heap, self._stale_ready)
 
     def _push_waiting(self, entry: tuple[int, int, int, T]) -> None:
         self._items[entry[3]] = entry
         heap = self._waiting
         heapq.heappush(heap, entry)
         if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._waiting_n:
-            stale = self._stale_waiting
-            self._waiting = heap = [e for e in heap if id(e) not in stale]
-            stale.clear()
-            heapq.heapify(heap)
+            self._waiting = _compacted(heap, self._stale_waiting)
 
     def promote_due(self, now_ns: int) -> int:
         """Make every waiting key whose time is <= ``now_ns`` ready, in (time, priority desc, counter) order;
