@@ -124,6 +124,17 @@ def test_an_int_too_large_for_a_float_is_an_error_naming_the_parameter(make: Any
     assert q.get(timeout=0) == "k"
 
 
+def test_fake_clock_refuses_an_int_too_large_for_a_float_naming_the_parameter() -> None:
+    clock = FakeClock(1.0)
+    with pytest.raises(ValueError, match="start"):
+        FakeClock(10**400)
+    with pytest.raises(ValueError, match="step"):
+        clock.step(10**400)
+    with pytest.raises(ValueError, match="set"):
+        clock.set(10**400)
+    assert clock.now() == 1.0
+
+
 def test_controller_stop_and_stop_timeout_accept_forever() -> None:
     seen = threading.Event()
 
