@@ -8,7 +8,7 @@ into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this
 from keyqueue._core import AddResult, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
-from keyqueue.errors import ShutDown
+from keyqueue.errors import KeyMutatedError, ShutDown
 from keyqueue.priority import PriorityQueue
 from keyqueue.ratelimit import (
     BucketRateLimiter,
@@ -31,6 +31,7 @@ __all__ = [
     "FakeClock",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "KeyMutatedError",
     "MaxOfRateLimiter",
     "PriorityQueue",
     "Queue",

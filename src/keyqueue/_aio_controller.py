@@ -40,7 +40,9 @@ class Controller(ControllerBase[T]):
 
     ``reconcile(key)`` is a coroutine function (a plain function returning ``None``/``Result`` also works, but
     it runs on the event loop). Arguments, outcomes and metrics as :class:`keyqueue.Controller`. An ``Exception``
-    from reconcile never ends a worker task; ``KeyboardInterrupt``/``SystemExit`` propagate as asyncio intends.
+    from reconcile never ends a worker task unless ``recover_panic=False`` (then an unexpected one ends its task,
+    stops the controller and is raised again by :meth:`run` and on leaving ``async with``; see :attr:`failure`);
+    ``KeyboardInterrupt``/``SystemExit`` propagate as asyncio intends.
 
     :meth:`start` must be called in a running event loop; :meth:`stop`, :meth:`run` and ``async with`` are
     coroutines of that loop. Adding keys to :attr:`queue` works from any thread.
@@ -68,11 +70,12 @@ class Controller(ControllerBase[T]):
         registry: Any = None,
         logger: logging.Logger | None = None,
         leader_election: LeaderElector | None = None,
+        recover_panic: bool = True,
     ) -> None:
         super().__init__(
             reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
             use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,
-            registry=registry, logger=logger,
+            registry=registry, logger=logger, recover_panic=recover_panic,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -125,8 +128,8 @@ class Controller(ControllerBase[T]):
 
     async def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
-        seconds; ``None``: forever); with ``drain=True`` the keys still queued are reconciled first, within the
-        same timeout. When the timeout passes, the worker tasks still running are **cancelled** (their
+        seconds; ``None``/``math.inf``: forever); with ``drain=True`` the keys still queued are reconciled first,
+        within the same timeout. When the timeout passes, the worker tasks still running are **cancelled** (their
         ``done(key)`` still runs) and ``False`` is returned; otherwise ``True``. Idempotent. Requeues made while
         stopping are dropped (the queue is shut down)."""
         t = check_timeout(timeout)
@@ -145,6 +148,9 @@ class Controller(ControllerBase[T]):
                 await asyncio.gather(*pending, return_exceptions=True)
         if self._elector is not None:
             await self._elector.stop(t)
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # a crashed worker's exception is in self.failure: mark it retrieved
         return ok
 
     async def run(self, *, handle_signals: bool = True) -> bool:
@@ -169,7 +175,10 @@ class Controller(ControllerBase[T]):
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        return await self.stop(self.stop_timeout)
+        ok = await self.stop(self.stop_timeout)
+        if self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed: fail fast, in the caller
+        return ok
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self.log.info("controller %s: %s received, stopping", self.name, sig.name)
@@ -209,6 +218,8 @@ class Controller(ControllerBase[T]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop(self.stop_timeout)
+        if exc is None and self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed
 
     # -- workers ------------------------------------------------------------------------------------------------
 
@@ -228,8 +239,12 @@ class Controller(ControllerBase[T]):
                     key, priority = await self._get()
                 except ShutDown:
                     return
+                except Exception as exc:  # a worker survives anything a key does
+                    self._get_failed(exc)
+                    await asyncio.sleep(0)  # a get() that fails at once must not starve the other tasks
+                    continue
                 if self._dropping:
-                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    self._done(key)  # stopping without drain: the key is dropped
                     return
                 if elector is not None and not elector.is_leader():
                     self._hand_back(key, priority)
@@ -266,9 +281,13 @@ class Controller(ControllerBase[T]):
                 raise
             except Exception as exc:
                 error = exc
+            if error is None:
+                error = self._bad_result(result)
+            if error is not None and self._crash(key, error):
+                raise error  # recover_panic=False: done(key) below, then the worker task ends
             self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
             del error
         finally:
-            self._queue.done(key)
+            self._done(key)
             if m is not None:
                 m.worker_active(-1)

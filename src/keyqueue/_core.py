@@ -26,6 +26,7 @@ from enum import IntEnum
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.errors import KeyMutatedError
 
 __all__ = [
     "EMPTY",
@@ -39,6 +40,8 @@ __all__ = [
     "check_delay",
     "check_hashable",
     "check_timeout",
+    "holds",
+    "purge_stale",
 ]
 
 T = TypeVar("T", bound=Hashable)
@@ -77,24 +80,79 @@ def check_hashable(item: object) -> None:
         ) from None
 
 
-def check_delay(delay: object) -> float:
-    """Validate an ``add_after`` delay: a real number of seconds (<= 0 means now, ``math.inf`` means never)."""
+def _as_seconds(value: int | float, name: str) -> float:
+    # An int too large for a float (10**400) is a caller's mistake, not "forever": say so, naming the parameter.
+    try:
+        return float(value)
+    except OverflowError:
+        bits = value.bit_length() if isinstance(value, int) else 0
+        raise ValueError(
+            f"{name} is too large to be a number of seconds (an int of {bits} bits); "
+            "use math.inf for 'never' / 'forever'"
+        ) from None
+
+
+def check_delay(delay: object, name: str = "delay") -> float:
+    """Validate a delay named ``name``: a real number of seconds (<= 0 means now, ``math.inf`` means never).
+
+    Raises ``TypeError`` for a non-number (``bool`` included) and ``ValueError`` for NaN or an ``int`` too large to
+    be a float (``10**400``), naming ``name``."""
     if not isinstance(delay, (int, float)) or isinstance(delay, bool):
-        raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__}: {delay!r:.80}")
+        raise TypeError(f"{name} must be a number of seconds, got {type(delay).__name__}: {delay!r:.80}")
     if delay != delay:
-        raise ValueError("delay must be a number of seconds, got NaN")
-    return float(delay)
+        raise ValueError(f"{name} must be a number of seconds, got NaN")
+    return _as_seconds(delay, name)
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    """Validate a ``timeout=`` argument: ``None`` (wait forever) or a number of seconds >= 0."""
+def check_timeout(timeout: float | None, name: str = "timeout") -> float | None:
+    """Validate a timeout named ``name``: ``None`` or ``math.inf`` (wait forever; any value above
+    ``threading.TIMEOUT_MAX`` is as good as forever) or a number of seconds >= 0.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative value, NaN or an ``int`` too large to
+    be a float (``10**400``), naming ``name``."""
     if timeout is None:
         return None
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-        raise TypeError(f"timeout must be None or seconds, got {type(timeout).__name__}: {timeout!r:.80}")
+        raise TypeError(f"{name} must be None or seconds, got {type(timeout).__name__}: {timeout!r:.80}")
     if not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
-    return float(timeout)
+        raise ValueError(f"{name} must be >= 0 seconds, got {timeout!r}")
+    return _as_seconds(timeout, name)
+
+
+def holds(container: set[Any] | dict[Any, Any], item: object) -> bool:
+    """Whether ``container`` holds the very object ``item`` (an identity scan: O(len), for error paths only; a
+    function of its own so that the hot methods calling it on their miss path need no closure)."""
+    return any(k is item for k in container)
+
+
+def purge_stale(container: set[Any] | dict[Any, Any], item: object) -> int:
+    """Remove the entries of the very object ``item`` that its current hash can no longer find (stored under the
+    hash it had before it was mutated), rebuilding ``container`` in place. Returns how many were removed.
+
+    O(len(container)); only called once a mutation has been detected. An entry ``item`` can still find (it was
+    added again after the mutation) is kept, and so are entries of other, equal objects."""
+    try:
+        findable = item in container
+    except Exception:
+        findable = False
+    same = [k for k in container if k is item]
+    stale = len(same) - findable
+    if stale <= 0:
+        return 0
+    if isinstance(container, dict):
+        kept = [(k, v) for k, v in container.items() if k is not item]
+        value = container.get(item) if findable else None
+        container.clear()
+        container.update(kept)
+        if findable:
+            container[item] = value
+    else:
+        kept_keys = [k for k in container if k is not item]
+        container.clear()
+        container.update(kept_keys)
+        if findable:
+            container.add(item)
+    return stale
 
 
 class _Empty:
@@ -125,6 +183,16 @@ class MetricsRecorder(Protocol):
     def done(self, item: Hashable, t_ns: int) -> None: ...
 
     def retry(self) -> None: ...
+
+    def shut_down(self, t_ns: int) -> None:
+        """The queue is shutting down (called once, before the first shutdown takes effect). As in client-go, the
+        in-flight gauges (unfinished work, longest-running processor) are no longer updated from here on."""
+        ...
+
+    def lost(self, item: Hashable) -> None:
+        """The queue dropped ``item`` because it was mutated (its hash changed): forget it (by identity), and
+        take it out of depth if it was counted there."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +272,13 @@ class QueueCore(Generic[T]):
         dirty = self.dirty
         if item in dirty:
             return DEDUP
+        # Every lookup (each may call the key's own __eq__, which may raise) comes before the first change, so an
+        # exception leaves the queue as if the add had not happened.
+        marked = item in self.processing
         if self.metrics is not None:
             self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
         dirty.add(item)
-        if item in self.processing:
+        if marked:
             return MARKED
         self.fifo.append(item)
         return QUEUED
@@ -224,13 +295,16 @@ class QueueCore(Generic[T]):
         check_hashable(item)
         if self.shutting_down:
             return DROPPED
-        if self.metrics is not None:
-            self.metrics.retry()
         if delay <= 0:
-            return self.add(item)
+            outcome = self.add(item)  # first: if the key's __eq__ raises, not even the retry is counted
+            if self.metrics is not None:
+                self.metrics.retry()
+            return outcome
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
         ready = self.clock.now_ns() + delay_ns
-        live = self._waiting.get(item)
+        live = self._waiting.get(item)  # before any change (the key's __eq__ may raise)
+        if self.metrics is not None:
+            self.metrics.retry()
         if live is not None:
             if live[0] <= ready:
                 return DELAY_KEPT
@@ -258,6 +332,11 @@ class QueueCore(Generic[T]):
                 del waiting[item]
                 self._fire(item, entry[0])
                 fired += 1
+            elif item is not _SUPERSEDED:
+                # A live entry its key's hash cannot find: the key was mutated while delayed. Forget the entry and
+                # put the key in the fifo without marking it dirty: the pop that reaches it raises KeyMutatedError.
+                purge_stale(waiting, item)
+                self.fifo.append(item)
         return fired
 
     def _fire(self, item: T, ready_ns: int) -> None:
@@ -293,24 +372,63 @@ class QueueCore(Generic[T]):
         if not fifo:
             return EMPTY
         item = fifo.popleft()
-        self.dirty.remove(item)
-        self.processing.add(item)
+        try:
+            self.dirty.remove(item)
+        except KeyError:
+            raise self._mutated(item, "waiting in the queue") from None
+        except BaseException:
+            fifo.append(item)  # the key's own __eq__ raised: still queued, behind the others so that they flow
+            raise
+        try:
+            self.processing.add(item)
+        except BaseException:
+            self._requeue_after_failed_pop(item)
+            raise
         if self.metrics is not None:
             self.metrics.get(item, self.clock.now_ns())
         return item
 
+    def _requeue_after_failed_pop(self, item: T) -> None:
+        # processing.add raised (the key's __eq__, against a key being processed): make it dirty and queued again,
+        # at the back. If even that raises, the key is dropped (it is then in no set and no fifo, so consistent).
+        try:
+            self.dirty.add(item)
+        except BaseException:
+            return
+        self.fifo.append(item)
+
+    def _mutated(self, item: T, where: str) -> KeyMutatedError:
+        """Forget ``item`` everywhere by identity (its hash changed, so lookups cannot find it) and return the
+        error to raise."""
+        purge_stale(self.dirty, item)
+        purge_stale(self.processing, item)
+        if self.metrics is not None:
+            self.metrics.lost(item)
+        return KeyMutatedError(item, where)
+
     def done(self, item: T) -> bool:
         """Finish processing ``item``. Returns True if it was re-added meanwhile and is now back in the fifo.
 
-        ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate).
+        ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate); of a key
+        being processed under the hash it had before it was mutated, raises KeyMutatedError (forgetting it).
         """
         try:
+            # Looked up before any change: the key's own __eq__ may raise, and then nothing has changed.
+            requeue = item in self.dirty
             self.processing.remove(item)
         except KeyError:
+            # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
+            # TypeError branch: set.remove looks a set up as a frozenset.)
+            check_hashable(item)
+            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
+                raise self._mutated(item, "being processed") from None
             return False
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
+            raise
         if self.metrics is not None:
             self.metrics.done(item, self.clock.now_ns())
-        if item in self.dirty:
+        if requeue:
             self.fifo.append(item)
             return True
         return False
@@ -328,6 +446,8 @@ class QueueCore(Generic[T]):
 
         ``drain=False`` also cancels a drain in progress.
         """
+        if self.metrics is not None and not self.shutting_down:
+            self.metrics.shut_down(self.clock.now_ns())
         self.shutting_down = True
         self.draining = drain
         self._heap.clear()

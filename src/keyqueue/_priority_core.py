@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue._core import (
     _MAX_DELAY_NS,
@@ -53,13 +53,17 @@ from keyqueue._core import (
     _Empty,
     check_delay,
     check_hashable,
+    holds,
+    purge_stale,
 )
 from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.errors import KeyMutatedError
 from keyqueue.ratelimit import RateLimiter
 
 __all__ = ["CountingPriorityCore", "PriorityCore", "PriorityMetricsRecorder", "check_priority", "effective_delay"]
 
 T = TypeVar("T", bound=Hashable)
+E = TypeVar("E", bound=tuple[Any, ...])
 
 _COMPACT_MIN: Final = 64  # heaps smaller than this are never rebuilt
 
@@ -84,6 +88,16 @@ def effective_delay(item: T, after: float, rate_limiter: RateLimiter[T] | None) 
     return r if after == 0 or r < after else after
 
 
+def _compacted(heap: list[E], stale: set[int]) -> list[E]:
+    """``heap`` without its superseded entries (those whose id is in ``stale``, which is then emptied), as a new
+    heap. Entries that are not live but not superseded either (a mutated key's) stay, for a pop to report them. A
+    function of its own so that the push methods calling it need no closure cell on every call."""
+    kept = [e for e in heap if id(e) not in stale]
+    stale.clear()
+    heapq.heapify(kept)
+    return kept
+
+
 class PriorityMetricsRecorder(Protocol):
     """Hooks :class:`PriorityCore` calls, with the shell's lock held, when metrics are enabled.
 
@@ -103,6 +117,13 @@ class PriorityMetricsRecorder(Protocol):
 
     def retry(self) -> None: ...
 
+    def shut_down(self, t_ns: int) -> None: ...
+
+    def lost(self, item: Hashable, ready_priority: int | None) -> None:
+        """The queue dropped ``item`` because it was mutated: forget it (by identity); ``ready_priority`` is the
+        priority it was counted in depth at, or ``None`` if it was not counted there."""
+        ...
+
 
 class PriorityCore(Generic[T]):
     """The priority-queue state machine (see the module docstring). Not thread-safe: callers hold a lock.
@@ -117,6 +138,8 @@ class PriorityCore(Generic[T]):
         "_items",
         "_ready",
         "_ready_n",
+        "_stale_ready",
+        "_stale_waiting",
         "_waiting",
         "_waiting_n",
         "clock",
@@ -138,6 +161,10 @@ class PriorityCore(Generic[T]):
         self._waiting: list[tuple[int, int, int, T]] = []  # heap
         self._ready_n = 0  # live ready entries, including those of keys being processed (what len reports)
         self._waiting_n = 0  # live waiting entries
+        # id() of every superseded entry still in a heap (so still alive: its id is not reused). A heap entry that
+        # is neither live nor here belongs to a key whose hash changed after it was added (see KeyMutatedError).
+        self._stale_ready: set[int] = set()
+        self._stale_waiting: set[int] = set()
         self._counter = 0
         # Keys handed out and not yet done → the priority they were handed out with.
         self.processing: dict[T, int] = {}
@@ -197,7 +224,7 @@ class PriorityCore(Generic[T]):
         """
         check_hashable(item)
         check_priority(priority)
-        return self.add_checked(item, priority, check_delay(after), rate_limiter)
+        return self.add_checked(item, priority, check_delay(after, "after"), rate_limiter)
 
     def add_checked(self, item: T, priority: int, delay: float, rate_limiter: RateLimiter[T] | None) -> AddResult:
         """:meth:`add_with_opts` for arguments already validated (the shells validate before taking their lock):
@@ -209,8 +236,6 @@ class PriorityCore(Generic[T]):
             delay = effective_delay(item, delay, rate_limiter)
         if delay <= 0:
             return self._add_ready(item, priority, None)
-        if self.metrics is not None:
-            self.metrics.retry()
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
         now = self.clock.now_ns()
         return self._add_waiting(item, priority, now, now + delay_ns)
@@ -220,17 +245,21 @@ class PriorityCore(Generic[T]):
             # Keys that fell due before this add became ready before it: they go ahead of it in the FIFO.
             self.promote_due(self.clock.now_ns())
         items = self._items
+        # Every lookup (each may call the key's own __eq__, which may raise) comes before the first change, so an
+        # exception leaves the queue as if the add had not happened.
         old = items.get(item)
+        if old is not None and len(old) == 3:  # already ready: only a strictly higher priority changes anything
+            if priority <= -old[0]:
+                return DEDUP
+            return self._raise_ready(item, old, priority)
+        marked = item in self.processing
         if old is not None:
-            if len(old) == 3:  # already ready: only a strictly higher priority changes anything
-                old_priority = -old[0]
-                if priority <= old_priority:
-                    return DEDUP
-                return self._raise_ready(item, old_priority, priority)
             # waiting: it becomes ready now, at the higher of the two priorities
+            self._stale_waiting.add(id(old))
             self._waiting_n -= 1
             if not self._waiting_n:
                 self._waiting.clear()  # only superseded entries are left: let go of their keys
+                self._stale_waiting.clear()
             priority = max(priority, -old[1])
         self._counter += 1
         entry = (-priority, self._counter, item)
@@ -238,19 +267,22 @@ class PriorityCore(Generic[T]):
         self._ready_n += 1
         if self.metrics is not None:
             self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns, priority)
-        if item in self.processing:
+        if marked:
             return MARKED
         self._push_ready(entry)
         return QUEUED
 
-    def _raise_ready(self, item: T, old_priority: int, priority: int) -> AddResult:
+    def _raise_ready(self, item: T, old: tuple[int, int, T], priority: int) -> AddResult:
         # A ready key gets a higher priority and a fresh counter: the back of its new priority's line.
+        marked = item in self.processing  # before any change (the key's __eq__ may raise)
         self._counter += 1
         entry = (-priority, self._counter, item)
         self._items[item] = entry
+        if not marked:
+            self._stale_ready.add(id(old))  # a key not being processed has its ready entry in the heap
         if self.metrics is not None:
-            self.metrics.reprioritize(item, old_priority, priority)
-        if item in self.processing:
+            self.metrics.reprioritize(item, -old[0], priority)
+        if marked:
             return MARKED
         self._push_ready(entry)
         return QUEUED
@@ -258,17 +290,18 @@ class PriorityCore(Generic[T]):
     def _add_waiting(self, item: T, priority: int, now_ns: int, ready_ns: int) -> AddResult:
         self.promote_due(now_ns)
         items = self._items
-        old = items.get(item)
+        old = items.get(item)  # before any change (the key's __eq__ may raise)
+        if self.metrics is not None:
+            self.metrics.retry()  # every accepted add with an effective delay > 0
         if old is None:
             self._counter += 1
             self._waiting_n += 1
             self._push_waiting((ready_ns, -priority, self._counter, item))
             return DELAYED
         if len(old) == 3:  # a ready key stays ready; the priority may still rise
-            old_priority = -old[0]
-            if priority <= old_priority:
+            if priority <= -old[0]:
                 return DEDUP
-            return self._raise_ready(item, old_priority, priority)
+            return self._raise_ready(item, old, priority)
         old_ready, old_neg, old_counter = old[0], old[1], old[2]
         raised = priority > -old_neg
         if not raised and ready_ns >= old_ready:
@@ -276,6 +309,7 @@ class PriorityCore(Generic[T]):
         if raised:
             self._counter += 1
             old_neg, old_counter = -priority, self._counter
+        self._stale_waiting.add(id(old))
         self._push_waiting((min(ready_ns, old_ready), old_neg, old_counter, item))
         return DELAYED
 
@@ -283,18 +317,14 @@ class PriorityCore(Generic[T]):
         heap = self._ready
         heapq.heappush(heap, entry)
         if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._ready_n:
-            items = self._items
-            self._ready = heap = [e for e in heap if items.get(e[2]) is e]
-            heapq.heapify(heap)
+            self._ready = _compacted(heap, self._stale_ready)
 
     def _push_waiting(self, entry: tuple[int, int, int, T]) -> None:
         self._items[entry[3]] = entry
         heap = self._waiting
         heapq.heappush(heap, entry)
         if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._waiting_n:
-            items = self._items
-            self._waiting = heap = [e for e in heap if items.get(e[3]) is e]
-            heapq.heapify(heap)
+            self._waiting = _compacted(heap, self._stale_waiting)
 
     def promote_due(self, now_ns: int) -> int:
         """Make every waiting key whose time is <= ``now_ns`` ready, in (time, priority desc, counter) order;
@@ -308,23 +338,43 @@ class PriorityCore(Generic[T]):
             entry = heapq.heappop(heap)
             item = entry[3]
             if items.get(item) is not entry:
-                continue  # superseded
+                if id(entry) in self._stale_waiting:
+                    self._stale_waiting.discard(id(entry))
+                    continue  # superseded
+                self._promote_mutated(entry)
+                continue
+            marked = item in processing
             self._counter += 1
             ready = (entry[1], self._counter, item)
             items[item] = ready
             self._waiting_n -= 1
             if not self._waiting_n:
                 heap.clear()  # only superseded entries are left (ends this loop): let go of their keys
+                self._stale_waiting.clear()
             self._ready_n += 1
             if metrics is not None:
                 metrics.add(item, entry[0], -entry[1])
-            if item in processing:
+            if marked:
                 self._promoted(MARKED)
             else:
                 self._push_ready(ready)
                 self._promoted(QUEUED)
             fired += 1
         return fired
+
+    def _promote_mutated(self, entry: tuple[int, int, int, T]) -> None:
+        # A live waiting entry its key's hash cannot find: the key was mutated while delayed. Forget its entry and
+        # put a ready entry that no key maps to on the ready heap (counted in len): the pop that reaches it raises
+        # KeyMutatedError, naming the key.
+        item = entry[3]
+        purge_stale(self._items, item)
+        self._waiting_n -= 1
+        if not self._waiting_n:
+            self._waiting.clear()
+            self._stale_waiting.clear()
+        self._counter += 1
+        self._ready_n += 1
+        heapq.heappush(self._ready, (entry[1], self._counter, item))
 
     def _promoted(self, outcome: AddResult) -> None:
         """Called for each waiting key that became ready (``QUEUED``, or ``MARKED`` if it is being processed)."""
@@ -333,8 +383,9 @@ class PriorityCore(Generic[T]):
         """The clock time of the earliest waiting key, or ``None`` if no key is waiting."""
         heap = self._waiting
         items = self._items
-        while heap and items.get(heap[0][3]) is not heap[0]:
-            heapq.heappop(heap)  # superseded entry at the head: drop it now
+        stale = self._stale_waiting
+        while heap and items.get(heap[0][3]) is not heap[0] and id(heap[0]) in stale:
+            stale.discard(id(heapq.heappop(heap)))  # superseded entry at the head: drop it now
         return heap[0][0] if heap else None
 
     @property
@@ -355,9 +406,10 @@ class PriorityCore(Generic[T]):
         are ready (they count in :meth:`ready_len`) but cannot be handed out until their ``done``."""
         heap = self._ready
         items = self._items
-        while heap and items.get(heap[0][2]) is not heap[0]:
-            heapq.heappop(heap)
-        return bool(heap)
+        stale = self._stale_ready
+        while heap and items.get(heap[0][2]) is not heap[0] and id(heap[0]) in stale:
+            stale.discard(id(heapq.heappop(heap)))
+        return bool(heap)  # a head that is neither live nor stale is a mutated key's: pop reports it
 
     def pop_with_priority(self) -> tuple[T, int] | _Empty:
         """Hand out the best ready key (first making due keys ready): highest priority, oldest within it.
@@ -372,17 +424,79 @@ class PriorityCore(Generic[T]):
         while heap:
             entry = heapq.heappop(heap)
             item = entry[2]
-            if items.get(item) is entry:
-                del items[item]
+            try:
+                live = items.get(item) is entry
+            except BaseException:
+                heapq.heappush(heap, entry)  # the key's own __eq__ raised: nothing changed
+                raise
+            if live:
+                priority = -entry[0]
+                try:
+                    self.processing[item] = priority
+                except BaseException:
+                    self._requeue_after_failed_pop(entry)  # the key's __eq__ raised against a key in processing
+                    raise
+                del items[item]  # the same lookup as items.get above: it cannot raise now
                 self._ready_n -= 1
                 if not self._ready_n:
                     heap.clear()  # only superseded entries are left: let go of their keys
-                priority = -entry[0]
-                self.processing[item] = priority
+                    self._stale_ready.clear()
                 if self.metrics is not None:
                     self.metrics.get(item, self.clock.now_ns(), priority)
                 return item, priority
+            if id(entry) in self._stale_ready:
+                self._stale_ready.discard(id(entry))  # superseded
+                continue
+            raise self._mutated_ready(entry)
         return EMPTY
+
+    def _requeue_after_failed_pop(self, entry: tuple[int, int, T]) -> None:
+        # Still ready at its priority, but at the back of its line (a fresh counter), so that the keys behind it
+        # keep flowing; if even that raises, back where it was.
+        item = entry[2]
+        self._counter += 1
+        fresh = (entry[0], self._counter, item)
+        try:
+            self._items[item] = fresh
+        except BaseException:
+            heapq.heappush(self._ready, entry)
+            return
+        heapq.heappush(self._ready, fresh)
+
+    def _mutated_ready(self, entry: tuple[int, int, T]) -> KeyMutatedError:
+        # A ready entry that is neither live nor superseded: its key's hash changed while it was queued.
+        item = entry[2]
+        counted = purge_stale(self._items, item) > 0  # not for a key that was mutated while delayed
+        self._ready_n -= 1
+        if not self._ready_n:
+            self._ready.clear()
+            self._stale_ready.clear()
+        if self.metrics is not None:
+            self.metrics.lost(item, -entry[0] if counted else None)
+        return KeyMutatedError(item, "waiting in the queue")
+
+    def _mutated_processing(self, item: T) -> KeyMutatedError:
+        # done() of a key handed out under a hash it no longer has: forget it, and a re-add of it made while it was
+        # processed (stored under the old hash too), keeping any entry its current hash finds.
+        items = self._items
+        try:
+            findable = items.get(item)
+        except Exception:
+            findable = None
+        ready_priority = None
+        for k, e in list(items.items()):
+            if k is item and e is not findable:
+                if len(e) == 3:
+                    self._ready_n -= 1  # a re-add while processing: counted, not in the heap
+                    ready_priority = -e[0]
+                else:
+                    self._waiting_n -= 1
+                    self._stale_waiting.add(id(e))
+        purge_stale(items, item)
+        purge_stale(self.processing, item)
+        if self.metrics is not None:
+            self.metrics.lost(item, ready_priority)
+        return KeyMutatedError(item, "being processed")
 
     def pop(self) -> T | _Empty:
         """:meth:`pop_with_priority` without the priority."""
@@ -394,12 +508,17 @@ class PriorityCore(Generic[T]):
         (it takes its place by priority and FIFO position). A key re-added with a delay that is still waiting
         returns False. ``done`` of a key that is not being processed changes nothing."""
         try:
+            entry = self._items.get(item)  # before any change: the key's own __eq__ may raise
             del self.processing[item]
         except KeyError:
+            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
+                raise self._mutated_processing(item) from None
             return False
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
+            raise
         if self.metrics is not None:
             self.metrics.done(item, self.clock.now_ns())
-        entry = self._items.get(item)
         if entry is not None and len(entry) == 3:
             self._push_ready(entry)  # len() narrows the union to the ready 3-tuple
             return True
@@ -425,13 +544,19 @@ class PriorityCore(Generic[T]):
         """Stop accepting adds; drop every waiting key. Ready keys stay and are still handed out (also those
         re-added while being processed, after their ``done``). ``drain=False`` also cancels a drain in progress.
         Idempotent."""
+        if self.metrics is not None and not self.shutting_down:
+            self.metrics.shut_down(self.clock.now_ns())  # the in-flight gauges stop moving (client-go)
         self.shutting_down = True
         self.draining = drain
         items = self._items
+        stale = self._stale_waiting
         for entry in self._waiting:
             if items.get(entry[3]) is entry:
                 del items[entry[3]]
+            elif id(entry) not in stale:
+                purge_stale(items, entry[3])  # a key mutated while delayed
         self._waiting.clear()
+        stale.clear()
         self._waiting_n = 0
 
     def idle(self) -> bool:

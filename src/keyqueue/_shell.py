@@ -52,6 +52,11 @@ class ShellBase(Generic[T]):
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(
+                f"clock must be a keyqueue.Clock (RealClock, FakeClock or a subclass), got {type(clock).__name__}: "
+                f"{clock!r:.80}"
+            )
         self.name = name
         self.clock: Clock = clock if clock is not None else RealClock()
         # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.
@@ -131,7 +136,10 @@ class ShellBase(Generic[T]):
         from any thread.
 
         ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
-        is still queued and handed out, so a drain can finish it).
+        is still queued and handed out, so a drain can finish it). Raises ``TypeError`` for an unhashable item and
+        :class:`~keyqueue.KeyMutatedError` for a key whose hash changed while it was being processed (it is then
+        dropped, and so is a re-add of it made meanwhile); an exception from the key's own ``__eq__`` propagates
+        with nothing changed.
         """
         lock = self._lock
         lock.acquire()
@@ -146,6 +154,12 @@ class ShellBase(Generic[T]):
             return False
         finally:
             lock.release()
+
+    def _after_failed_pop(self) -> None:
+        """``pop()`` raised (lock held): the keys behind the failed one may be ready, and this getter may have been
+        the one woken for them, so pass the wake-up on."""
+        if self._getters and self._core.has_ready():
+            self._wake_one()
 
     def _drain_verdict(self, remaining: float | None) -> bool | None:
         """One check of ``shut_down_with_drain()`` (lock held): ``True`` drained (FIFO empty, nothing being

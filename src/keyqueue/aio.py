@@ -134,9 +134,12 @@ class Queue(ShellBase[T]):
 
         Returns at once (without suspending) when a key is ready. After shutdown, keys still queued are handed
         out; once none is left, raises :class:`~keyqueue.ShutDown` (also in every ``get()`` that was waiting).
-        With ``timeout`` (seconds, real time), raises ``TimeoutError`` if no key became ready in time (a negative or
-        NaN ``timeout``: ``ValueError``; a non-number: ``TypeError``; nothing is taken). Cancelled
-        while waiting, it takes nothing out of the queue (see the module docstring).
+        With ``timeout`` (seconds, real time; ``None`` or ``math.inf``: forever), raises ``TimeoutError`` if no key
+        became ready in time (a negative or NaN ``timeout`` or an ``int`` too large for a float: ``ValueError``; a
+        non-number: ``TypeError``; nothing is taken). Cancelled while waiting, it takes nothing out of the queue
+        (see the module docstring). A key whose hash changed while it was queued is dropped and reported by
+        raising :class:`~keyqueue.KeyMutatedError` (the next ``get`` goes on with the other keys); if the key's own
+        ``__eq__`` raises, the exception propagates and the key stays queued, behind the others.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -144,7 +147,11 @@ class Queue(ShellBase[T]):
         lock.acquire()
         try:
             core = self._core
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is not EMPTY:
                 if self._getters and core.has_ready():
                     self._wake_one()  # several delayed keys fell due at once: pass the wake-up on
@@ -163,7 +170,11 @@ class Queue(ShellBase[T]):
             lock.acquire()
             try:
                 # The pop happens here, after the await below; nothing between it and the return awaits.
-                item = core.pop()
+                try:
+                    item = core.pop()
+                except BaseException:  # a mutated key, or a key's own __eq__ raised
+                    self._after_failed_pop()
+                    raise
                 if item is not EMPTY:
                     if getters and core.has_ready():
                         self._wake_one()
@@ -238,10 +249,10 @@ class Queue(ShellBase[T]):
         """Shut down (as :meth:`shut_down`), then wait until the FIFO is empty **and** no key is being
         processed: queued keys, and keys re-added during processing, are still handed out and finished.
 
-        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds) passed first or :meth:`shut_down` was
-        called meanwhile. Every caller waiting here returns when the queue drains. It waits forever if workers
-        stop calling ``done`` and no timeout is given. Cancelling it only stops the waiting: the queue stays shut
-        down and draining.
+        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds; ``None`` or ``math.inf``: forever) passed
+        first or :meth:`shut_down` was called meanwhile. Every caller waiting here returns when the queue drains.
+        It waits forever if workers stop calling ``done`` and no timeout is given. Cancelling it only stops the
+        waiting: the queue stays shut down and draining.
         """
         timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()

@@ -28,12 +28,17 @@ def seconds_to_ns(seconds: float) -> int:
 
 
 def _check_time(what: str, seconds: object) -> float:
-    """A finite real number of seconds, or ``TypeError``/``ValueError`` naming ``what`` and the value."""
+    """A finite real number of seconds, or ``TypeError``/``ValueError`` naming ``what`` (and the value; an ``int``
+    too large for a float is a ``ValueError`` too)."""
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         raise TypeError(f"{what} must be a number of seconds, got {type(seconds).__name__}: {seconds!r:.80}")
-    if not math.isfinite(seconds):
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int too large for a float (10**400)
+        raise ValueError(f"{what} is too large to be a number of seconds") from None
+    if not math.isfinite(value):
         raise ValueError(f"{what} must be a finite number of seconds, got {seconds!r}")
-    return float(seconds)
+    return value
 
 
 class TimeListener(Protocol):

@@ -11,16 +11,22 @@ reconcile ...                                          queue action
 returns ``None`` or ``Result()``                       ``forget(key)`` (its backoff starts over)
 returns ``Result(requeue_after=d)`` with ``d > 0``     ``forget(key)``, then ``add_after(key, d)`` (at the key's
                                                        priority, or ``Result.priority``, on a priority queue)
+returns ``Result(requeue=True)`` (and no               ``add_rate_limited(key)``, **no** ``forget`` (at the key's
+``requeue_after``)                                     priority, or ``Result.priority``); counted as ``requeue``
 raises :class:`TerminalError` (or an exception whose   nothing: no requeue, **no** ``forget`` (the failure count
 ``__cause__`` chain holds one)                         stays)
-raises anything else                                   ``add_rate_limited(key)`` (at the key's priority on a
-                                                       priority queue); the error is logged with key and attempt
+raises anything else                                   ``add_rate_limited(key)`` (at the key's priority, or the
+                                                       raised ``ReconcileError(priority=p)``'s, on a priority
+                                                       queue); the error is logged with key and attempt
 =====================================================  ==========================================================
 
-``done(key)`` always follows. No exception ends a worker. An exception that is not a :class:`ReconcileError` is
-"unexpected" (a bug, Go's panic): it is logged with its traceback and also counted in
-``controller_runtime_reconcile_panics_total``. The backoff of a key is therefore reset only by a success or a
-``requeue_after``.
+``done(key)`` always follows. By default no exception ends a worker: an exception that is not a
+:class:`ReconcileError` is "unexpected" (a bug, Go's panic): it is logged with its traceback, counted in
+``controller_runtime_reconcile_panics_total`` and retried like any error. With ``recover_panic=False`` (fail fast)
+such an exception is counted, the key is ``done`` and not requeued, the controller stops and the exception
+propagates: it ends the worker (a thread reports it through :func:`threading.excepthook`) and is raised again by
+:meth:`Controller.run` and on leaving the ``with`` block (see :attr:`Controller.failure`). The backoff of a key is
+reset only by a success or a ``requeue_after``.
 
 Stopping: :meth:`Controller.stop` (or leaving the ``with`` block, or SIGINT/SIGTERM during :meth:`Controller.run`)
 stops handing keys to reconcile, lets the reconciles in flight finish (bounded by a timeout) and then either drops
@@ -60,14 +66,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
-from keyqueue._core import check_timeout
+from keyqueue._core import check_delay, check_timeout
 from keyqueue._priority_core import check_priority
 from keyqueue._signals import recorded_signals
 from keyqueue.clock import Clock
-from keyqueue.errors import ShutDown
+from keyqueue.errors import KeyMutatedError, ShutDown
 from keyqueue.priority import PriorityAdds, PriorityQueue
 from keyqueue.ratelimit import default_controller_rate_limiter
-from keyqueue.threaded import RateLimitingQueue
+from keyqueue.threaded import RateLimitingQueue, os_wait
 
 if TYPE_CHECKING:
     import logging
@@ -103,7 +109,19 @@ _RESULTS: Final = ("error", "requeue_after", "requeue", "success")
 class ReconcileError(Exception):
     """An expected reconcile failure (Go's returned ``error``): the key is requeued with backoff and the error is
     logged without a traceback. Any other exception is treated the same way but counted as a panic and logged
-    with its traceback."""
+    with its traceback.
+
+    ``ReconcileError(*args, priority=p)``: on a priority queue the retry is added at priority ``p`` (an ``int``)
+    instead of the priority the key was handed out at (controller-runtime's ``Result.Priority`` returned with an
+    error). Raises ``TypeError`` for a non-int priority.
+    """
+
+    def __init__(self, *args: object, priority: int | None = None) -> None:
+        super().__init__(*args)
+        if priority is not None:
+            check_priority(priority)
+        #: The priority of the retry on a priority queue (``None``: the priority the key was handed out at).
+        self.priority = priority
 
 
 class TerminalError(ReconcileError):
@@ -132,20 +150,24 @@ class Result:
     """What a reconcile asks for. ``Result()`` (or returning ``None``) is a success.
 
     ``requeue_after``: seconds (> 0) after which the key is reconciled again (its backoff is reset first);
-    0 means no requeue. ``priority``: on a priority queue, the priority of that requeue (default: the priority the
-    key was handed out at). Raises ``TypeError``/``ValueError`` for a non-number, negative or NaN delay or a
+    0 means no requeue. ``requeue=True`` (controller-runtime's deprecated ``Requeue``, still widely used): when
+    ``requeue_after`` is 0, requeue the key with the rate limiter's backoff, like an error but without logging one
+    and without resetting the backoff (``reconcile_total{result="requeue"}``). ``priority``: on a priority queue,
+    the priority of that requeue (default: the priority the key was handed out at). Raises
+    ``TypeError``/``ValueError`` for a non-number, negative, NaN or too large delay, a non-bool ``requeue`` or a
     non-int priority.
     """
 
     requeue_after: float = 0.0
     priority: int | None = None
+    requeue: bool = False
 
     def __post_init__(self) -> None:
-        d = self.requeue_after
-        if not isinstance(d, (int, float)) or isinstance(d, bool):
-            raise TypeError(f"requeue_after must be a number of seconds, got {type(d).__name__}: {d!r:.80}")
+        d = check_delay(self.requeue_after, "requeue_after")
         if not d >= 0:
-            raise ValueError(f"requeue_after must be >= 0 seconds, got {d!r}")
+            raise ValueError(f"requeue_after must be >= 0 seconds, got {self.requeue_after!r}")
+        if not isinstance(self.requeue, bool):
+            raise TypeError(f"requeue must be a bool, got {type(self.requeue).__name__}: {self.requeue!r:.80}")
         if self.priority is not None:
             check_priority(self.priority)
 
@@ -191,6 +213,11 @@ class ControllerMetrics:
     def worker_active(self, delta: int) -> None:
         with self._lock:
             self.active_workers += delta
+
+    def panicked(self) -> None:
+        """An unexpected exception that is not recovered (``recover_panic=False``): only the panic counter moves."""
+        with self._lock:
+            self.panics += 1
 
     def reconciled(self, result: str, seconds: float, error: bool, terminal: bool, panic: bool) -> None:
         with self._lock:
@@ -336,6 +363,7 @@ class ControllerBase(Generic[T]):
         metrics_provider: Any,
         registry: Any,
         logger: logging.Logger | None,
+        recover_panic: bool = True,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}: {reconcile!r:.80}")
@@ -347,7 +375,9 @@ class ControllerBase(Generic[T]):
             raise TypeError(f"workers must be an int, got {type(workers).__name__}: {workers!r:.80}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
-        stop_timeout = check_timeout(stop_timeout)
+        stop_timeout = check_timeout(stop_timeout, "stop_timeout")
+        if not isinstance(recover_panic, bool):
+            raise TypeError(f"recover_panic must be a bool, got {type(recover_panic).__name__}: {recover_panic!r:.80}")
         rlq = self._rate_limiting_queue_class
         if queue is None:
             if use_priority_queue:
@@ -375,6 +405,53 @@ class ControllerBase(Generic[T]):
         self.log = logger
         self.metrics: ControllerMetrics | None = metrics_for(registry, name) if registry is not None else None
         self._priority = isinstance(self._queue, PriorityAdds)
+        self.recover_panic = recover_panic
+        self._failure: BaseException | None = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """With ``recover_panic=False``: the first unexpected exception that ended a worker (and stopped the
+        controller), else ``None``."""
+        return self._failure
+
+    def _crash(self, key: T, exc: BaseException) -> bool:
+        """Decide whether ``exc`` from reconcile (or its bad return value) ends the worker instead of being settled:
+        only with ``recover_panic=False``, for an exception that is not a :class:`ReconcileError`. Then it is
+        counted as a panic, the controller is asked to stop, and True is returned (the caller re-raises it)."""
+        if self.recover_panic or isinstance(exc, ReconcileError) or is_terminal(exc):
+            return False
+        if self.metrics is not None:
+            self.metrics.panicked()
+        if self._failure is None:
+            self._failure = exc
+        self.log.critical("controller %s: reconcile of %r raised %r; recover_panic=False: stopping the controller",
+                          self.name, key, exc)
+        self._request_stop()
+        return True
+
+    def _request_stop(self) -> None:
+        raise NotImplementedError
+
+    def _get_failed(self, exc: Exception) -> None:
+        """A worker's ``get`` raised something else than ``ShutDown`` (a key mutated in the queue, a key's own
+        ``__eq__`` raising): log it; the worker goes on with the next key."""
+        self.log.error("controller %s: taking a key from the queue failed: %s", self.name, exc,
+                       exc_info=None if isinstance(exc, KeyMutatedError) else exc)
+
+    def _done(self, key: T) -> None:
+        """``queue.done(key)`` for a worker, which must survive whatever the key does (a mutated key raises
+        :class:`~keyqueue.KeyMutatedError` here)."""
+        try:
+            self._queue.done(key)
+        except Exception as exc:
+            self.log.error("controller %s: done(%r) failed: %s", self.name, key, exc,
+                           exc_info=None if isinstance(exc, KeyMutatedError) else exc)
+
+    @staticmethod
+    def _bad_result(result: object) -> TypeError | None:
+        if result is None or isinstance(result, Result):
+            return None
+        return TypeError(f"reconcile must return None or a Result, got {type(result).__name__}: {result!r:.80}")
 
     def _hand_back(self, key: T, priority: int) -> None:
         """A key taken while not leading goes back to the queue (at its priority) for the next term."""
@@ -382,15 +459,15 @@ class ControllerBase(Generic[T]):
             self._queue.add(key, priority=priority)
         else:
             self._queue.add(key)
-        self._queue.done(key)
+        self._done(key)
 
     def _settle(self, key: T, priority: int, result: object, exc: BaseException | None, elapsed_ns: int) -> None:
         """Apply one reconcile's outcome to the queue (everything but ``done``) and record it. Never raises."""
         q = self._queue
         m = self.metrics
         try:
-            if exc is None and not (result is None or isinstance(result, Result)):
-                exc = TypeError(f"reconcile must return None or a Result, got {type(result).__name__}: {result!r:.80}")
+            if exc is None:
+                exc = self._bad_result(result)
             if exc is not None:
                 terminal = is_terminal(exc)
                 panic = not terminal and not isinstance(exc, ReconcileError)
@@ -403,7 +480,8 @@ class ControllerBase(Generic[T]):
                     )
                     return
                 if self._priority:
-                    q.add_rate_limited(key, priority=priority)
+                    chosen = exc.priority if isinstance(exc, ReconcileError) else None
+                    q.add_rate_limited(key, priority=priority if chosen is None else chosen)
                 else:
                     q.add_rate_limited(key)
                 self.log.error(
@@ -412,15 +490,23 @@ class ControllerBase(Generic[T]):
                 )
                 return
             res = cast(Result | None, result)  # checked above
-            q.forget(key)
+            p = res.priority if res is not None and res.priority is not None else priority
             if res is not None and res.requeue_after > 0:
+                q.forget(key)
                 if self._priority:
-                    p = res.priority if res.priority is not None else priority
                     q.add_after(key, res.requeue_after, priority=p)
                 else:
                     q.add_after(key, res.requeue_after)
                 outcome = "requeue_after"
+            elif res is not None and res.requeue:
+                # controller-runtime's Requeue: a rate-limited requeue that keeps the backoff (no forget).
+                if self._priority:
+                    q.add_rate_limited(key, priority=p)
+                else:
+                    q.add_rate_limited(key)
+                outcome = "requeue"
             else:
+                q.forget(key)
                 outcome = "success"
             if m is not None:
                 m.reconciled(outcome, elapsed_ns / 1e9, False, False, False)
@@ -445,6 +531,10 @@ class Controller(ControllerBase[T]):
       :class:`logging.Logger` (default ``keyqueue.controller``).
     * ``leader_election`` — a :class:`keyqueue.leaderelection.LeaderElector`: reconcile only while it leads (see
       the module docstring); :meth:`start` starts it unless it was started already, :meth:`stop` stops it.
+    * ``recover_panic`` — ``True`` (default, controller-runtime's): an unexpected exception from reconcile is
+      logged, counted as a panic and retried with backoff; ``False``: it ends its worker thread (reported by
+      :func:`threading.excepthook`), stops the controller, and is raised again by :meth:`run` and on leaving the
+      ``with`` block (:attr:`failure`); :class:`ReconcileError` and :class:`TerminalError` are never "unexpected".
 
     Use ``with Controller(fn) as c:`` (start, then stop on exit), ``c.start()`` ... ``c.stop()``, or ``c.run()``.
     Raises ``TypeError``/``ValueError`` for bad arguments (checked before any queue is built), including a coroutine
@@ -469,6 +559,7 @@ class Controller(ControllerBase[T]):
         registry: Any = None,
         logger: logging.Logger | None = None,
         leader_election: LeaderElector | None = None,
+        recover_panic: bool = True,
     ) -> None:
         if callable(reconcile) and (
             inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(type(reconcile).__call__)
@@ -480,7 +571,7 @@ class Controller(ControllerBase[T]):
         super().__init__(
             reconcile, queue, name=name, workers=workers, drain=drain, stop_timeout=stop_timeout,
             use_priority_queue=use_priority_queue, clock=clock, metrics_provider=metrics_provider,
-            registry=registry, logger=logger,
+            registry=registry, logger=logger, recover_panic=recover_panic,
         )
         self._state = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -527,7 +618,7 @@ class Controller(ControllerBase[T]):
 
     def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
-        seconds; ``None``: forever).
+        seconds; ``None`` or ``math.inf``: forever).
 
         With ``drain=True`` the workers first reconcile every key still queued (within the same timeout); otherwise
         the backlog is dropped. Requeues made while stopping are dropped (the queue is shut down). Returns ``True``
@@ -548,7 +639,7 @@ class Controller(ControllerBase[T]):
         for th in threads:
             if th is threading.current_thread():
                 continue  # stop() called from inside a reconcile: that worker exits when it returns
-            th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            th.join(None if deadline is None else os_wait(max(0.0, deadline - time.monotonic())))
         ok = not any(th.is_alive() and th is not threading.current_thread() for th in threads)
         if not ok:
             with self._state:
@@ -560,7 +651,8 @@ class Controller(ControllerBase[T]):
     def run(self, *, handle_signals: bool = True) -> bool:
         """Start (unless started), block until :meth:`stop` is called, the queue is shut down and empty, or —
         with ``handle_signals`` in the main thread — SIGINT/SIGTERM arrives; then stop (waiting at most
-        ``stop_timeout``) and return what :meth:`stop` returned. The previous signal handlers are restored."""
+        ``stop_timeout``) and return what :meth:`stop` returned. The previous signal handlers are restored. With
+        ``recover_panic=False``, a worker's unexpected exception stops the controller and is raised here."""
         watch = handle_signals and threading.current_thread() is threading.main_thread()
         signals: contextlib.AbstractContextManager[list[int]] = (
             recorded_signals(signal.SIGINT, signal.SIGTERM) if watch else contextlib.nullcontext([])
@@ -575,7 +667,10 @@ class Controller(ControllerBase[T]):
                     self.log.info("controller %s: %s received, stopping", self.name,
                                   signal.Signals(received[0]).name)
                     self._request_stop()
-        return self.stop(self.stop_timeout)
+        ok = self.stop(self.stop_timeout)
+        if self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed: fail fast, in the caller
+        return ok
 
     def _request_stop(self) -> None:
         # Set flags and wake run(); stop() itself runs in run().
@@ -597,6 +692,8 @@ class Controller(ControllerBase[T]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop(self.stop_timeout)
+        if exc is None and self._failure is not None:
+            raise self._failure  # recover_panic=False and a worker crashed
 
     # -- workers ------------------------------------------------------------------------------------------------
 
@@ -633,8 +730,11 @@ class Controller(ControllerBase[T]):
                     key, priority = self._get()
                 except ShutDown:
                     return
+                except Exception as exc:  # a worker survives anything a key does
+                    self._get_failed(exc)
+                    continue
                 if self._dropping:
-                    self._queue.done(key)  # stopping without drain: the key is dropped
+                    self._done(key)  # stopping without drain: the key is dropped
                     return
                 if elector is not None and not elector.is_leader():
                     self._hand_back(key, priority)
@@ -650,7 +750,8 @@ class Controller(ControllerBase[T]):
     def process_next(self, timeout: float | None = None) -> bool:
         """Take one key from the queue and reconcile it in the calling thread, exactly as a worker does. Returns
         ``False`` if the queue is shut down and empty; raises ``TimeoutError`` if no key is ready within
-        ``timeout`` seconds (``None``: wait). For tests and hand-driven loops."""
+        ``timeout`` seconds (``None``: wait), and, with ``recover_panic=False``, reconcile's unexpected exception.
+        For tests and hand-driven loops."""
         q = self._queue
         try:
             if self._priority:
@@ -672,11 +773,15 @@ class Controller(ControllerBase[T]):
             error: BaseException | None = None
             try:
                 result = self._reconcile(key)
-            except BaseException as exc:  # a worker thread must survive anything reconcile raises
+            except BaseException as exc:  # a worker thread survives anything reconcile raises (recover_panic)
                 error = exc
+            if error is None:
+                error = self._bad_result(result)
+            if error is not None and self._crash(key, error):
+                raise error  # recover_panic=False: done(key) below, then the worker ends
             self._settle(key, priority, result, error, time.perf_counter_ns() - t0)
             del error  # no reference cycle through the traceback
         finally:
-            self._queue.done(key)
+            self._done(key)
             if m is not None:
                 m.worker_active(-1)

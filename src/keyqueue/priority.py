@@ -123,6 +123,14 @@ class PriorityRecorder:
     def retry(self) -> None:
         self.inner.retry()
 
+    def shut_down(self, t_ns: int) -> None:
+        self.inner.shut_down(t_ns)
+
+    def lost(self, item: Hashable, ready_priority: int | None) -> None:
+        if ready_priority is not None:
+            self.depth.dec(ready_priority)
+        self.inner.lost(item)
+
 
 def new_priority_core(
     name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: threading.Lock
@@ -212,7 +220,7 @@ class PriorityAdds(Generic[T]):
         if priority.__class__ is not int:
             check_priority(priority)  # raises (bool and int subclasses too)
         if after.__class__ is not float or after != after:
-            after = check_delay(after)
+            after = check_delay(after, "after")
         limiter: RateLimiter[T] | None = None
         if rate_limited:
             check_hashable(item)  # before the limiter records anything
@@ -250,7 +258,7 @@ class PriorityAdds(Generic[T]):
     def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
         """``add(item, priority=priority, after=delay)``. Unlike client-go's delaying queue, a delayed add merges
         into the key's queue entry (earliest time wins), so it can never cause a second hand-out."""
-        return self.add(item, priority=priority, after=delay)
+        return self.add(item, priority=priority, after=check_delay(delay))
 
     def add_rate_limited(self, item: T, *, priority: int = 0) -> AddResult:
         """``add(item, priority=priority, rate_limited=True)``: records a failure of ``item`` with the limiter and

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from keyqueue._core import EMPTY, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
@@ -22,6 +22,17 @@ from keyqueue.errors import ShutDown
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
 T = TypeVar("T", bound=Hashable)
+
+_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
+
+
+def os_wait(seconds: float | None) -> float | None:
+    """A wait the OS accepts: ``None`` stays ``None``; more than :data:`threading.TIMEOUT_MAX` (~292 years, or
+    ``math.inf``) becomes that maximum (``Condition.wait`` and ``Thread.join`` raise ``OverflowError`` above it).
+    Callers loop on their own deadline, so a maximal wait that ends is simply taken again."""
+    if seconds is None or seconds <= _TIMEOUT_MAX:
+        return seconds
+    return _TIMEOUT_MAX
 
 
 class Queue(ShellBase[T]):
@@ -54,10 +65,14 @@ class Queue(ShellBase[T]):
     def get(self, timeout: float | None = None) -> T:
         """Take the next key, blocking while none is ready. The caller owns it until :meth:`done`.
 
+        A key whose hash changed while it was queued is dropped and reported by raising
+        :class:`~keyqueue.KeyMutatedError` (the next ``get`` goes on with the other keys); if the key's own
+        ``__eq__`` raises, the exception propagates and the key stays queued, behind the others.
         After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
         (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
-        ``TimeoutError`` if no key became ready in time; a negative or NaN ``timeout`` raises ``ValueError`` and a
-        non-number ``TypeError``, before anything is taken.
+        ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
+        :data:`threading.TIMEOUT_MAX`: wait forever); a negative or NaN ``timeout``, or an ``int`` too large for a
+        float, raises ``ValueError`` and a non-number ``TypeError``, before anything is taken.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -65,7 +80,11 @@ class Queue(ShellBase[T]):
         lock.acquire()
         try:
             core = self._core
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is EMPTY:
                 return self._wait_and_pop(timeout)
             if self._getters and core.has_ready():
@@ -94,10 +113,14 @@ class Queue(ShellBase[T]):
                     wait = until_due
             self._getters += 1
             try:
-                self._readable.wait(wait)
+                self._readable.wait(os_wait(wait))
             finally:
                 self._getters -= 1
-            item = core.pop()
+            try:
+                item = core.pop()
+            except BaseException:  # a mutated key, or a key's own __eq__ raised
+                self._after_failed_pop()
+                raise
             if item is not EMPTY:
                 if self._getters and core.has_ready():
                     self._readable.notify()
@@ -146,9 +169,9 @@ class Queue(ShellBase[T]):
         """Shut down (as :meth:`shut_down`), then block until the FIFO is empty **and** no key is being
         processed: queued keys, and keys re-added during processing, are still handed out and finished.
 
-        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds) passed first or :meth:`shut_down` was
-        called meanwhile. Every caller waiting here returns when the queue drains. It blocks forever if workers
-        stop calling ``done`` and no timeout is given.
+        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds; ``None`` or ``math.inf``: forever) passed
+        first or :meth:`shut_down` was called meanwhile. Every caller waiting here returns when the queue drains.
+        It blocks forever if workers stop calling ``done`` and no timeout is given.
         """
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -163,7 +186,7 @@ class Queue(ShellBase[T]):
                     return verdict
                 self._drainers += 1
                 try:
-                    self._idle.wait(wait)
+                    self._idle.wait(os_wait(wait))
                 finally:
                     self._drainers -= 1
 

@@ -314,3 +314,35 @@ def test_serve_rejects_a_bad_addr_or_registry_before_starting(provider: Promethe
     assert set(threading.enumerate()) == threads  # no serving thread was started
     with serve(0, registry=provider.registry) as srv:  # control: the right argument serves
         assert srv.thread.is_alive()
+
+
+# -- dropping a finished queue's series (issue 16 item 7) ----------------------------------------------------------
+
+
+def test_forget_drops_the_series_of_finished_queues() -> None:
+    reg = CollectorRegistry()
+    provider = PrometheusMetricsProvider(reg)
+    names = [f"tenant-{i}" for i in range(200)]
+    for name in names:
+        q: keyqueue.Queue[str] = keyqueue.Queue(name=name, metrics_provider=provider)
+        q.add("k")
+        q.done(q.get())
+        q.shut_down()
+    del q
+    gc.collect()
+    # The control: a dead queue's counts are kept (counters never go backwards), 31 samples per name.
+    before = Scrape(reg)
+    assert len([s for s in before.samples() if s.labels.get("name", "").startswith("tenant-")]) == 31 * len(names)
+    assert before.value("workqueue_adds_total", name="tenant-7") == 1
+    for name in names[:-1]:
+        assert provider.forget(name) is True
+    assert provider.forget(names[0]) is False  # already gone
+    after = Scrape(reg)
+    assert {s.labels["name"] for s in after.samples()} == {names[-1]}
+    assert provider.names() == [names[-1]] and list(provider.snapshot()) == [names[-1]]
+    # A queue built later with a forgotten name starts from zero.
+    again: keyqueue.Queue[str] = keyqueue.Queue(name="tenant-7", metrics_provider=provider)
+    again.add("x")
+    assert Scrape(reg).value("workqueue_adds_total", name="tenant-7") == 1
+    with pytest.raises(TypeError, match="name"):
+        provider.forget(7)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import subprocess
 import sys
@@ -409,3 +410,47 @@ def test_slot_reads_the_same_pending_count_before_and_after_the_death_callback()
     del r
     gc.collect()
     assert slot.ref() is None and slot.dead_pending() == 2  # the real callback ran once more: no change
+
+
+# -- shutdown freezes the in-flight gauges (issue 16 item 6) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["queue", "priority"])
+def test_in_flight_gauges_stop_moving_at_shutdown_push_provider(kind: str) -> None:
+    clock = FakeClock()
+    recording = RecordingProvider()
+    cls = keyqueue.PriorityQueue if kind == "priority" else keyqueue.Queue
+    q = cls(name="sd", clock=clock, metrics_provider=recording)
+    q.add("k")
+    q.get()
+    clock.step(1.0)  # a clock jump refreshes the gauges (the control: they do move before shutdown)
+    m = recording.series["sd"]
+    assert (m.unfinished.value, m.longest.value) == (1.0, 1.0)
+    calls = m.unfinished.calls
+    q.shut_down()
+    clock.step(5.0)
+    refresh_in_flight()
+    assert m.unfinished.calls == calls and m.longest.calls == calls  # client-go: no update after shutdown
+    assert (m.unfinished.value, m.longest.value) == (1.0, 1.0)
+    q.done("k")
+    assert len(m.work.observations) == 1  # work is still observed after shutdown
+
+
+@pytest.mark.parametrize("kind", ["queue", "priority", "aio"])
+def test_in_flight_gauges_freeze_at_shutdown_snapshot_provider(kind: str) -> None:
+    clock = FakeClock()
+    provider = SnapshotMetricsProvider()
+    cls = {"queue": keyqueue.Queue, "priority": keyqueue.PriorityQueue, "aio": keyqueue.aio.Queue}[kind]
+    q = cls(name="sz", clock=clock, metrics_provider=provider)
+    q.add("a")
+    q.add("b")
+    assert (asyncio.run(q.get()) if kind == "aio" else q.get()) == "a"
+    clock.step(2.0)
+    s = provider.snapshot()["sz"]
+    assert (s.unfinished_work_seconds, s.longest_running_processor_seconds) == (2.0, 2.0)  # control: it moves
+    q.shut_down()
+    clock.step(3.0)
+    q.done("a")  # done after shutdown does not unfreeze them either
+    s = provider.snapshot()["sz"]
+    assert (s.unfinished_work_seconds, s.longest_running_processor_seconds) == (2.0, 2.0)
+    assert s.work_duration.count == 1

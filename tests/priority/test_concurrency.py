@@ -100,6 +100,12 @@ class DepthProbe:
     def retry(self) -> None:
         self.inner.retry()
 
+    def shut_down(self, t_ns: int) -> None:
+        self.inner.shut_down(t_ns)
+
+    def lost(self, item: Hashable, ready_priority: int | None) -> None:
+        self.inner.lost(item, ready_priority)
+
 
 TICK = itertools.count()  # one global order of events; next() on it is atomic under the GIL
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from keyqueue._core import purge_stale
 from keyqueue.clock import Clock
 
 if TYPE_CHECKING:
@@ -129,7 +130,8 @@ class PushRecorder:
     ``refresh()`` sets the unfinished-work and longest-running gauges from the keys in flight now. It runs after
     every jump of a clock that reports jumps (:meth:`keyqueue.FakeClock.step`, like client-go's ticker on a fake
     clock) and from :func:`keyqueue.metrics.refresh_in_flight` (for real clocks: call it before a scrape or
-    periodically).
+    periodically). Once the queue shuts down it does nothing: like client-go's updater, which stops at shutdown,
+    the two gauges keep the last values they were set to.
     """
 
     __slots__ = (
@@ -143,6 +145,7 @@ class PushRecorder:
         "_longest",
         "_retries",
         "_started",
+        "_stopped",
         "_unfinished",
         "_work",
         "promote_due",
@@ -161,6 +164,7 @@ class PushRecorder:
         self._added: dict[Hashable, int] = {}  # key -> time it became dirty (until get)
         self._started: dict[Hashable, int] = {}  # key -> time it was handed out (until done)
         self.promote_due: Callable[[int], object] | None = None  # see bind_core()
+        self._stopped = False  # the queue shut down: refresh() no longer sets the in-flight gauges
         clock.subscribe(self.refresh)
 
     def add(self, item: Hashable, t_ns: int) -> None:
@@ -185,10 +189,21 @@ class PushRecorder:
     def retry(self) -> None:
         self._retries.inc()
 
+    def shut_down(self, t_ns: int) -> None:
+        self._stopped = True
+
+    def lost(self, item: Hashable) -> None:
+        if purge_stale(self._added, item):
+            self._depth.dec()  # it was dirty: counted in depth
+        purge_stale(self._started, item)
+
     def refresh(self) -> None:
         """Set the unfinished-work and longest-running gauges from the keys being processed now (takes the
-        queue's lock; the gauges' ``set`` is called with it held, as in client-go)."""
+        queue's lock; the gauges' ``set`` is called with it held, as in client-go). After the queue's shutdown
+        it does nothing."""
         with _guard(self._lock):
+            if self._stopped:
+                return
             now = self._clock.now_ns()
             if self.promote_due is not None:
                 self.promote_due(now)  # delayed keys that fell due count in depth now, as in client-go
@@ -210,10 +225,14 @@ class PullRecorder:
     ``priority_depth``: ``None`` for a plain queue; a priority queue sets it to its per-priority depth at
     construction (:class:`PriorityDepthSource`). Only :meth:`read` looks at it, so the event hooks are the same for
     every queue.
+
+    At the queue's shutdown the in-flight gauges freeze (client-go stops updating them then): :meth:`read` reports
+    the processing start times and the clock reading of that moment from then on, whatever is done afterwards.
     """
 
     __slots__ = (
         "__weakref__",
+        "_frozen",
         "_started",
         "add",
         "added",
@@ -236,6 +255,7 @@ class PullRecorder:
         self._started: dict[Hashable, int] = {}
         self.priority_depth: PriorityDepthSource | None = None
         self.promote_due: Callable[[int], object] | None = None  # see bind_core()
+        self._frozen: tuple[list[int], int] | None = None  # (processing starts, now) at shutdown
         # MetricsRecorder.add(item, t_ns); setdefault's return value is ignored by the core.
         self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
@@ -270,20 +290,31 @@ class PullRecorder:
     def retry(self) -> None:
         self.retries[0] += 1
 
+    def lost(self, item: Hashable) -> None:
+        purge_stale(self.added, item)  # in place: the provider's slot holds this very dict
+        purge_stale(self._started, item)
+
+    def shut_down(self, t_ns: int) -> None:
+        if self._frozen is None:
+            self._frozen = (list(self._started.values()), t_ns)
+
     def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
         """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now, depth per
-        priority label or ``None`` for a queue without priorities). The per-priority counts sum to ``depth``."""
+        priority label or ``None`` for a queue without priorities). The per-priority counts sum to ``depth``.
+        After the queue's shutdown, the starts and the clock reading are those of the shutdown (frozen gauges)."""
         with _guard(self.lock):
             if self.promote_due is not None:
                 self.promote_due(self.clock.now_ns())  # delayed keys that fell due count in depth now (client-go)
             priority_depth = self.priority_depth
+            frozen = self._frozen
+            starts, now = (list(self._started.values()), self.clock.now_ns()) if frozen is None else frozen
             return (
                 self.retries[0],
                 list(self.queue_hist),
                 list(self.work_hist),
                 len(self.added),
-                list(self._started.values()),
-                self.clock.now_ns(),
+                list(starts),
+                now,
                 None if priority_depth is None else priority_depth.snapshot(),
             )
 

@@ -215,6 +215,23 @@ class SnapshotMetricsProvider:
             series.slots.append(slot)
         return recorder
 
+    def forget(self, name: str) -> bool:
+        """Drop every series of queue name ``name``: counters, histograms and gauges, of live and of dead queues.
+        Returns ``True`` if the name was known.
+
+        Call it when the queues of that name are finished with (shut down, or garbage-collected): a provider keeps
+        the counts of dead queues forever otherwise, so that counters never go backwards, and a process that makes
+        queues with ever new names (one per tenant, per job, ...) grows its scrape without bound (each name is 31
+        Prometheus samples). After ``forget`` the name is not exported and :meth:`snapshot` does not report it; a
+        queue of that name that is still alive is no longer reported either (its counts are dropped with the
+        rest), and a queue built later with that name starts from zero. Raises ``TypeError`` for a non-str name.
+        Thread-safe; takes no queue's lock.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r:.80}")
+        with self._series_lock:
+            return self._series.pop(name, None) is not None
+
     def names(self) -> list[str]:
         """The queue names seen so far, sorted."""
         with self._series_lock:
