@@ -14,6 +14,7 @@ import gc
 import importlib
 import inspect
 import queue
+import statistics
 import threading
 import tracemalloc
 from collections import deque
@@ -23,7 +24,7 @@ from typing import Any
 import keyqueue
 from benchmarks.harness import Case, Check, Context, Measurement, Skip, time_batch, time_inline
 from benchmarks.naive import NaiveWorkQueue
-from benchmarks.threads import firehose, race, race_via_lab
+from benchmarks.threads import adders_workers, firehose, race, race_via_lab, wakeup_latency
 from keyqueue import (
     DelayingQueue,
     FakeClock,
@@ -388,6 +389,49 @@ def _firehose(duration_s: float) -> Callable[[Context], Measurement]:
     return run
 
 
+def _adders_workers(duration_s: float) -> Callable[[Context], Measurement]:
+    # keyqueue and queue.Queue alternate (kq, q, kq, q, ...) so both see the same background load; the
+    # queue.Queue runs become the base.queue_workers row.
+    def run(ctx: Context) -> Measurement:
+        kq: list[dict[str, Any]] = []
+        plain: list[dict[str, Any]] = []
+        for _ in range(ctx.size(3, 1)):
+            kq.append(adders_workers("keyqueue", duration_s))
+            plain.append(adders_workers("queue.Queue", duration_s))
+        med = statistics.median
+        return Measurement(
+            "keys/s", [r["processed_per_s"] for r in kq], higher_is_better=True,
+            note=(f"{duration_s:g} s per run; adds/s " + ", ".join(f"{r['adds_per_s'] / 1e6:.2f} M" for r in kq)
+                  + "; voluntary context switches/s " + ", ".join(f"{r['voluntary_switches_per_s']:,.0f}" for r in kq)
+                  + " (queue.Queue: " + ", ".join(f"{r['voluntary_switches_per_s']:,.0f}" for r in plain) + ")"),
+            extra={"runs": kq, "queue_runs": plain, "adds_per_s": med(r["adds_per_s"] for r in kq),
+                   "duration_s": duration_s, "adders": 8, "workers": 4, "keys": 10_000},
+        )
+    return run
+
+
+def _queue_workers(ctx: Context) -> Measurement | Skip:
+    src = ctx.results.get("workers")
+    if src is None:
+        return Skip("measured by the 'workers' row")
+    runs = src.m.extra["queue_runs"]
+    return Measurement("keys/s", [r["processed_per_s"] for r in runs], higher_is_better=True,
+                       note="the same scenario on queue.Queue (put/get, no dedup), alternating with the keyqueue runs",
+                       extra={"runs": runs})
+
+
+def _wakeup(kind: str) -> Callable[[Context], Measurement]:
+    def run(ctx: Context) -> Measurement:
+        runs = [wakeup_latency(kind, ctx.size(400, 40)) for _ in range(ctx.size(3, 1))]
+        return Measurement(
+            "µs", [r["median_us"] for r in runs],
+            note="per run: median / p90 / max " + "; ".join(
+                f"{r['median_us']:,.0f} / {r['p90_us']:,.0f} / {r['max_us']:,.0f} µs" for r in runs),
+            extra={"runs": runs},
+        )
+    return run
+
+
 def _race(control: bool, size: dict[str, Any]) -> Callable[[Context], Measurement]:
     def run(ctx: Context) -> Measurement:
         outcome = race_via_lab(control=control, **size)
@@ -500,6 +544,17 @@ def build_cases(smoke: bool) -> list[Case]:
     cases += [
         Case("firehose", "firehose: 1 producer, 20 keys, 5 workers × 5 ms", G_THRU, _firehose(fh),
              checks=(Check("≥ 1,000,000 adds/s", "ge", 1e6),)),
+        Case("workers", "8 adder threads (10,000 keys) + 4 workers: keys processed/s", G_THRU,
+             _adders_workers(0.3 if smoke else 2.0), baseline="base.queue_workers",
+             checks=(Check("≥ 2x queue.Queue (same run)", "ge", 2.0, ref="base.queue_workers"),
+                     Check("adds ≥ 1 M/s", "ge", 1e6, field="adds_per_s")), reference="878,777",
+             needs=("base.queue_workers",)),
+        Case("base.queue_workers", "the same on queue.Queue (put/get): keys processed/s", G_THRU, _queue_workers,
+             needs=("workers",)),
+        Case("wakeup", "add → blocked worker's get, adder thread busy adding (median)", G_THRU, _wakeup("keyqueue"),
+             baseline="base.wakeup", checks=(Check("≤ 300 µs", "le", 300.0),)),
+        Case("base.wakeup", "the same: queue.SimpleQueue behind a `key in set` loop", G_THRU,
+             _wakeup("baseline")),
         Case("race", "race harness, keyqueue.Queue", G_THRU, _race(False, race_size),
              checks=(Check("0 violations", "eq", 0, field="violations"), Check("collapse > 1x", "gt", 1.0,
                                                                               field="collapse"))),

@@ -30,7 +30,7 @@ keeps client-go's label set, ``name``, and reports the total).
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
@@ -149,6 +149,8 @@ class PriorityAdds(Generic[T]):
     rate_limiter: RateLimiter[T]
     clock: Clock
     name: str
+    _until_yield: int
+    _yield_gil: Callable[[], None]  # ShellBase._yield_gil
 
     def __init__(
         self,
@@ -233,6 +235,11 @@ class PriorityAdds(Generic[T]):
                     check_hashable(item)
                     raise
                 if entry is not None and len(entry) == 3 and -entry[0] >= priority:
+                    n = self._until_yield
+                    if n:
+                        self._until_yield = n - 1
+                    else:
+                        self._yield_gil()  # see ShellBase._yield_gil
                     return DEDUP
         lock = self._lock
         lock.acquire()

@@ -57,10 +57,18 @@ class Queue(ShellBase[T]):
         After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
         (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
         ``TimeoutError`` if no key became ready in time; a negative or NaN ``timeout`` raises ``ValueError`` and a
-        non-number ``TypeError``, before anything is taken.
+        non-number ``TypeError``, before anything is taken. Every :data:`~keyqueue._shell.YIELD_EVERY`-th call
+        (counted together with the lock-free dedup adds) first lets go of the GIL once, outside the lock: a worker
+        that always finds a key ready would otherwise be preempted after a whole switch interval, most likely
+        while it holds the queue's lock, and every other worker would then sleep on that lock (a lock convoy).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
+        n = self._until_yield
+        if n:
+            self._until_yield = n - 1
+        else:
+            self._yield_gil()
         lock = self._lock
         lock.acquire()
         try:
