@@ -61,3 +61,69 @@ def test_no_yield_without_other_threads(monkeypatch: pytest.MonkeyPatch) -> None
     for _ in range(2 * shell.YIELD_EVERY + 2):
         q.add("a")
     assert calls == []
+
+
+# -- `for key in q`: done(previous) and the next get under one lock ------------------------------------------------
+
+
+def _wait_until(cond: Any, what: str) -> None:
+    import threading
+    import time
+
+    deadline = time.monotonic() + 10
+    pause = threading.Event()
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        pause.wait(0.001)
+
+
+def test_iteration_finishes_each_key_before_the_next_and_redelivers_a_readded_key() -> None:
+    q: Queue[str] = Queue()
+    for k in "abc":
+        q.add(k)
+    seen = []
+    for k in q:
+        seen.append(k)
+        if k == "a" and seen.count("a") == 1:
+            assert q.add("a") is keyqueue.AddResult.MARKED  # being processed: handed out again after its done
+        if len(seen) == 4:
+            q.shut_down()
+    assert seen == ["a", "b", "c", "a"]
+    assert repr(q).count("processing=0") == 1  # every key was finished, the last one by the loop's exit
+
+
+def test_iteration_wakes_a_drain_when_it_finishes_the_last_key() -> None:
+    import threading
+
+    q: Queue[str] = Queue()
+    q.add("a")
+    it = iter(q)
+    assert next(it) == "a"
+    result: list[bool] = []
+    drainer = threading.Thread(target=lambda: result.append(q.shut_down_with_drain(10)))
+    drainer.start()
+    _wait_until(lambda: q._drainers == 1, "the drain to wait")
+    # The fused done+get finishes "a" (the drain may now return), then finds the queue shut down and ends.
+    assert list(it) == []
+    drainer.join(10)
+    assert result == [True]
+
+
+def test_iteration_passes_a_wake_up_on_when_more_keys_are_ready() -> None:
+    import threading
+
+    q: Queue[str] = Queue()
+    q.add("a")
+    it = iter(q)
+    assert next(it) == "a"
+    got: list[str] = []
+    other = threading.Thread(target=lambda: got.append(q.get(10)))
+    other.start()
+    _wait_until(lambda: q._getters == 1, "the other getter to wait")
+    q.add("a")  # MARKED: "a" is being processed, so the waiting getter is not woken
+    q.add("b")  # QUEUED: wakes the other getter, which may take "b" before the iterator
+    nxt = next(it)  # done("a") re-queues it; this takes whatever is first, the other getter gets the other one
+    other.join(10)
+    assert sorted([nxt, *got]) == ["a", "b"]
+    q.shut_down()

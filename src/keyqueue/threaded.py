@@ -127,15 +127,40 @@ class Queue(ShellBase[T]):
         ``done(key)`` runs when the loop asks for the next key, or when the loop is left by ``break``,
         ``return`` or an exception (the generator is closed as the loop's frame lets go of it).
         """
+        try:
+            item = self.get()
+        except ShutDown:
+            return
+        lock = self._lock
+        core = self._core
         while True:
             try:
-                item = self.get()
+                yield item
+            except BaseException:  # break, return, an exception in the loop body (GeneratorExit at close)
+                self.done(item)
+                raise
+            # done(item) and the next get() under one acquisition of the lock; done has taken effect before
+            # this waits or ends the loop at ShutDown.
+            n = self._until_yield
+            if n:
+                self._until_yield = n - 1
+            else:
+                self._yield_gil()
+            lock.acquire()
+            try:
+                if not core.done(item) and self._drainers and core.idle():
+                    self._wake_drainers()
+                popped = core.pop()
+                if popped is EMPTY:
+                    item = self._wait_and_pop(None)
+                else:
+                    item = popped  # type: ignore[assignment]  # not EMPTY, so a T
+                    if self._getters and core.has_ready():
+                        self._readable.notify()  # the finished key was queued again, or delayed keys fell due
             except ShutDown:
                 return
-            try:
-                yield item
             finally:
-                self.done(item)
+                lock.release()
 
     # -- shutdown ----------------------------------------------------------------------------------------
 
