@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.clock import Clock
 
 __all__ = [
     "EMPTY",
@@ -64,6 +64,7 @@ DELAY_KEPT: Final = AddResult.DELAY_KEPT
 # A delay this long (or infinite) means "never" in practice: 2**63 ns is ~292 years, Go's InfDuration.
 _MAX_DELAY_NS: Final = 2**63 - 1
 _MAX_DELAY_S: Final = _MAX_DELAY_NS / 1e9
+_NO_TIME: Final = -(2**63)  # below any clock time: "no delayed entry"
 
 
 def check_hashable(item: object) -> None:
@@ -157,6 +158,7 @@ class QueueCore(Generic[T]):
 
     __slots__ = (
         "_heap",
+        "_latest_ns",
         "_seq",
         "_waiting",
         "clock",
@@ -188,6 +190,7 @@ class QueueCore(Generic[T]):
         self._heap: list[list[Any]] = []
         self._waiting: dict[T, list[Any]] = {}
         self._seq = 0
+        self._latest_ns = _NO_TIME  # >= the time of every entry in the heap (an upper bound; see promote_due)
         self.shutting_down = False
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
@@ -219,43 +222,78 @@ class QueueCore(Generic[T]):
         :meth:`next_ready_ns` must let one of them re-compute its timeout. A plain add does not cancel a
         delayed entry. Raises ``ValueError`` for NaN and ``TypeError`` for an unhashable item, changing nothing.
         """
-        delay = check_delay(delay)
-        check_hashable(item)
-        if self.shutting_down:
-            return DROPPED
+        if delay.__class__ is not float or delay != delay:
+            delay = check_delay(delay)  # raises for a non-number and NaN; converts an int
+        if self.shutting_down or delay <= 0:
+            check_hashable(item)
+            if self.shutting_down:
+                return DROPPED
+            if self.metrics is not None:
+                self.metrics.retry()
+            return self.add(item)
+        waiting = self._waiting
+        try:
+            live = waiting.get(item)
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the clear message; nothing has changed
+            raise
         if self.metrics is not None:
             self.metrics.retry()
-        if delay <= 0:
-            return self.add(item)
-        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
+        # round(...) or 1: a positive delay below half a nanosecond still waits (and never means "now").
+        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else (round(delay * 1_000_000_000) or 1)
         ready = self.clock.now_ns() + delay_ns
-        live = self._waiting.get(item)
         if live is not None:
             if live[0] <= ready:
                 return DELAY_KEPT
             live[2] = _SUPERSEDED  # its heap slot stays until popped or rebuilt, but lets go of the key
-        self._seq += 1
-        entry = [ready, self._seq, item]
+        self._seq = seq = self._seq + 1
+        entry = [ready, seq, item]
+        if ready > self._latest_ns:
+            self._latest_ns = ready
         heap = self._heap
         heapq.heappush(heap, entry)
-        self._waiting[item] = entry
-        if len(heap) > 64 and len(heap) > 2 * len(self._waiting):
+        waiting[item] = entry
+        if len(heap) > 64 and len(heap) > 2 * len(waiting):
             # Too many superseded entries: rebuild from the live ones.
-            self._heap = heap = list(self._waiting.values())
+            self._heap = heap = list(waiting.values())
             heapq.heapify(heap)
         return DELAYED
 
     def promote_due(self, now_ns: int) -> int:
         """Add every delayed entry whose time is <= ``now_ns``, earliest first. Returns how many fired."""
         heap = self._heap
+        if not heap or heap[0][0] > now_ns:
+            return 0
         waiting = self._waiting
+        fire = self._fire
         fired = 0
+        if self._latest_ns <= now_ns:
+            # Every entry is due (the usual case when a worker drains a batch of delayed keys): one sort, linear
+            # for a heap whose entries were pushed in time order, instead of a heappop (~17 list comparisons at
+            # 100,000 entries) per entry. The same order as popping them one by one.
+            heap.sort()
+            self._heap = []
+            self._latest_ns = _NO_TIME
+            i = 0
+            try:
+                for entry in heap:
+                    i += 1
+                    item = entry[2]
+                    if waiting.get(item) is entry:
+                        del waiting[item]
+                        fire(item, entry[0])
+                        fired += 1
+            except BaseException:
+                self._heap = heap[i:]  # still sorted, so a valid heap: what was not reached stays delayed
+                self._latest_ns = heap[-1][0]
+                raise
+            return fired
         while heap and heap[0][0] <= now_ns:
             entry = heapq.heappop(heap)
             item = entry[2]
             if waiting.get(item) is entry:
                 del waiting[item]
-                self._fire(item, entry[0])
+                fire(item, entry[0])
                 fired += 1
         return fired
 
@@ -331,6 +369,7 @@ class QueueCore(Generic[T]):
         self.draining = drain
         self._heap.clear()
         self._waiting.clear()
+        self._latest_ns = _NO_TIME
 
     def idle(self) -> bool:
         """Nothing queued and nothing being processed (what a drain waits for)."""

@@ -21,7 +21,6 @@ from keyqueue._core import (
     CountingCore,
     QueueCore,
     QueueStats,
-    check_delay,
     check_hashable,
 )
 from keyqueue.clock import Clock, RealClock
@@ -233,11 +232,10 @@ class DelayedAdds(ShellBase[T]):
         ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
         the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
         """
-        delay = check_delay(delay)
         lock = self._lock
         lock.acquire()
         try:
-            outcome = self._core.add_after(item, delay)
+            outcome = self._core.add_after(item, delay)  # validates delay and item before changing anything
             if (outcome is QUEUED or outcome is DELAYED) and self._getters:
                 # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
                 self._wake_one()
