@@ -127,3 +127,55 @@ def test_iteration_passes_a_wake_up_on_when_more_keys_are_ready() -> None:
     other.join(10)
     assert sorted([nxt, *got]) == ["a", "b"]
     q.shut_down()
+
+
+# -- delayed entries: a batch that is all due fires in one sorted pass ---------------------------------------------
+
+
+def test_a_drain_of_due_entries_fires_them_in_time_order() -> None:
+    from keyqueue import FakeClock
+    from keyqueue._core import QueueCore
+
+    clock = FakeClock()
+    core: QueueCore[str] = QueueCore(clock)
+    delays = {"a": 3.0, "b": 1.0, "c": 2.0, "d": 1.0}
+    for k, d in delays.items():
+        assert core.add_after(k, d) is keyqueue.AddResult.DELAYED
+    assert core.add_after("a", 0.5) is keyqueue.AddResult.DELAYED  # supersedes a's entry at 3.0
+    clock.step(10)  # every entry is due: the one-sort path
+    assert core.promote_due(clock.now_ns()) == 4
+    assert list(core.fifo) == ["a", "b", "d", "c"]
+    assert core.delayed_count == 0 and core.next_ready_ns() is None
+
+
+def test_an_exception_while_firing_keeps_what_was_not_reached_delayed() -> None:
+    from keyqueue import FakeClock
+    from keyqueue._core import QueueCore
+
+    class Boom(Exception):
+        pass
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.fail_on = "b"
+
+        def add(self, item: Any, t_ns: int) -> None:
+            if item == self.fail_on:
+                self.fail_on = ""
+                raise Boom
+
+        def get(self, item: Any, t_ns: int) -> None: ...
+        def done(self, item: Any, t_ns: int) -> None: ...
+        def retry(self) -> None: ...
+
+    clock = FakeClock()
+    core: QueueCore[str] = QueueCore(clock, Recorder())
+    for i, k in enumerate("abcd"):
+        core.add_after(k, 1.0 + i)
+    clock.step(10)
+    with pytest.raises(Boom):
+        core.promote_due(clock.now_ns())
+    assert list(core.fifo) == ["a"]  # "b" was being fired when the recorder raised (as a heappop loop loses it)
+    assert core.delayed_count == 2  # c and d were not reached: still delayed, and fire next time
+    assert core.promote_due(clock.now_ns()) == 2
+    assert list(core.fifo) == ["a", "c", "d"]

@@ -274,15 +274,17 @@ class QueueCore(Generic[T]):
             heap.sort()
             self._heap = []
             self._latest_ns = _NO_TIME
-            i = 0
+            i = 0  # heap[i:] is still delayed (or superseded)
             try:
                 for entry in heap:
-                    i += 1
                     item = entry[2]
                     if waiting.get(item) is entry:
                         del waiting[item]
+                        i += 1  # taken out of the delayed entries: fired now, even if firing raises
                         fire(item, entry[0])
                         fired += 1
+                    else:
+                        i += 1
             except BaseException:
                 self._heap = heap[i:]  # still sorted, so a valid heap: what was not reached stays delayed
                 self._latest_ns = heap[-1][0]
