@@ -19,10 +19,12 @@ any other add. A delayed entry does not make its key "known" to the four-state m
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import IntEnum
+from operator import itemgetter
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from keyqueue.clock import Clock
@@ -65,6 +67,7 @@ DELAY_KEPT: Final = AddResult.DELAY_KEPT
 _MAX_DELAY_NS: Final = 2**63 - 1
 _MAX_DELAY_S: Final = _MAX_DELAY_NS / 1e9
 _NO_TIME: Final = -(2**63)  # below any clock time: "no delayed entry"
+_ready_ns: Final = itemgetter(0)  # a heap entry's time
 
 
 def check_hashable(item: object) -> None:
@@ -160,6 +163,7 @@ class QueueCore(Generic[T]):
         "_heap",
         "_latest_ns",
         "_seq",
+        "_sorted",
         "_waiting",
         "clock",
         "dirty",
@@ -191,6 +195,9 @@ class QueueCore(Generic[T]):
         self._waiting: dict[T, list[Any]] = {}
         self._seq = 0
         self._latest_ns = _NO_TIME  # >= the time of every entry in the heap (an upper bound; see promote_due)
+        # True while the heap list is sorted (a sorted list is a valid heap): entries pushed in time order, the
+        # usual case, keep it so, and promote_due then cuts off the due prefix in one slice.
+        self._sorted = True
         self.shutting_down = False
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
@@ -251,12 +258,17 @@ class QueueCore(Generic[T]):
         if ready > self._latest_ns:
             self._latest_ns = ready
         heap = self._heap
-        heapq.heappush(heap, entry)
+        if self._sorted and (not heap or ready >= heap[-1][0]):
+            heap.append(entry)  # (ready, seq) is the largest: the list stays sorted, hence a heap
+        else:
+            heapq.heappush(heap, entry)
+            self._sorted = False
         waiting[item] = entry
         if len(heap) > 64 and len(heap) > 2 * len(waiting):
             # Too many superseded entries: rebuild from the live ones.
             self._heap = heap = list(waiting.values())
-            heapq.heapify(heap)
+            heap.sort()
+            self._sorted = True
         return DELAYED
 
     def promote_due(self, now_ns: int) -> int:
@@ -264,32 +276,21 @@ class QueueCore(Generic[T]):
         heap = self._heap
         if not heap or heap[0][0] > now_ns:
             return 0
+        if not self._sorted and self._latest_ns <= now_ns:
+            # Every entry is due (a worker draining a batch of delayed keys): one sort, linear for entries pushed
+            # in time order, makes the heap a sorted list (still a valid heap).
+            heap.sort()
+            self._sorted = True
+        if self._sorted:
+            due = bisect_right(heap, now_ns, key=_ready_ns)
+            if 8 * due >= len(heap):
+                # A large due prefix of a sorted heap: fire it in order and cut it off in one slice, instead of a
+                # heappop (~17 list comparisons at 100,000 entries) per entry. The rest stays sorted.
+                return self._fire_sorted_prefix(heap, due)
+            self._sorted = False  # heappop below reorders the list (it stays a valid heap)
         waiting = self._waiting
         fire = self._fire
         fired = 0
-        if self._latest_ns <= now_ns:
-            # Every entry is due (the usual case when a worker drains a batch of delayed keys): one sort, linear
-            # for a heap whose entries were pushed in time order, instead of a heappop (~17 list comparisons at
-            # 100,000 entries) per entry. The same order as popping them one by one.
-            heap.sort()
-            self._heap = []
-            self._latest_ns = _NO_TIME
-            i = 0  # heap[i:] is still delayed (or superseded)
-            try:
-                for entry in heap:
-                    item = entry[2]
-                    if waiting.get(item) is entry:
-                        del waiting[item]
-                        i += 1  # taken out of the delayed entries: fired now, even if firing raises
-                        fire(item, entry[0])
-                        fired += 1
-                    else:
-                        i += 1
-            except BaseException:
-                self._heap = heap[i:]  # still sorted, so a valid heap: what was not reached stays delayed
-                self._latest_ns = heap[-1][0]
-                raise
-            return fired
         while heap and heap[0][0] <= now_ns:
             entry = heapq.heappop(heap)
             item = entry[2]
@@ -297,6 +298,28 @@ class QueueCore(Generic[T]):
                 del waiting[item]
                 fire(item, entry[0])
                 fired += 1
+        return fired
+
+    def _fire_sorted_prefix(self, heap: list[list[Any]], due: int) -> int:
+        batch = heap[:due]
+        del heap[:due]
+        waiting = self._waiting
+        fire = self._fire
+        fired = 0
+        i = 0  # batch[i:] is still delayed (or superseded)
+        try:
+            for entry in batch:
+                item = entry[2]
+                if waiting.get(item) is entry:
+                    del waiting[item]
+                    i += 1  # taken out of the delayed entries: fired now, even if firing raises
+                    fire(item, entry[0])
+                    fired += 1
+                else:
+                    i += 1
+        except BaseException:
+            heap[0:0] = batch[i:]  # what was not reached stays delayed, in order (the list stays sorted)
+            raise
         return fired
 
     def _fire(self, item: T, ready_ns: int) -> None:
@@ -307,7 +330,10 @@ class QueueCore(Generic[T]):
         heap = self._heap
         waiting = self._waiting
         while heap and waiting.get(heap[0][2]) is not heap[0]:
-            heapq.heappop(heap)  # superseded entry at the head: drop it now
+            if self._sorted:
+                del heap[0]  # superseded entry at the head: drop it now (a sorted list stays sorted)
+            else:
+                heapq.heappop(heap)  # superseded entry at the head: drop it now
         return heap[0][0] if heap else None
 
     @property
@@ -372,6 +398,7 @@ class QueueCore(Generic[T]):
         self._heap.clear()
         self._waiting.clear()
         self._latest_ns = _NO_TIME
+        self._sorted = True
 
     def idle(self) -> bool:
         """Nothing queued and nothing being processed (what a drain waits for)."""
