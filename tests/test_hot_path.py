@@ -179,3 +179,95 @@ def test_an_exception_while_firing_keeps_what_was_not_reached_delayed() -> None:
     assert core.delayed_count == 2  # c and d were not reached: still delayed, and fire next time
     assert core.promote_due(clock.now_ns()) == 2
     assert list(core.fifo) == ["a", "c", "d"]
+
+
+# -- calls from a signal handler or __del__ while this thread holds the lock (issue 16, item 1) --------------------
+
+
+class _ReentrantKey:
+    """A key whose hash, the n-th time it is computed, calls ``action()``: user code that runs inside the queue's
+    critical section on the queue's own thread, as a signal handler or a ``__del__`` would."""
+
+    def __init__(self, name: str, action: Any, on_call: int) -> None:
+        self.name, self.action, self.on_call, self.calls = name, action, on_call, 0
+
+    def __hash__(self) -> int:
+        self.calls += 1
+        if self.calls == self.on_call:
+            self.action()
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ReentrantKey) and other.name == self.name
+
+
+@pytest.mark.parametrize("kind", ["queue", "delaying", "ratelimiting", "priority", "aio"])
+def test_calls_from_inside_a_critical_section_are_deferred_and_take_effect(kind: str) -> None:
+    import keyqueue.aio
+
+    cls: Any = {"queue": Queue, "delaying": keyqueue.DelayingQueue, "ratelimiting": keyqueue.RateLimitingQueue,
+                "priority": PriorityQueue, "aio": keyqueue.aio.Queue}[kind]
+    q = cls()
+    results: list[Any] = []
+    q.add("busy")
+    if kind == "aio":
+        assert q._core.pop() == "busy"  # taken without an event loop: it is now being processed
+    else:
+        assert q.get(timeout=5) == "busy"
+
+    def inner() -> None:
+        results.append(q.add("from-inside"))  # the lock is held by this very thread: must not deadlock
+        results.append(q.done("busy"))
+        if hasattr(q, "add_after"):
+            results.append(q.add_after("later", 0.0))
+
+    key = _ReentrantKey("k", inner, on_call=2)  # call 1: the lock-free probe; call 2: inside the core, locked
+    assert q.add(key) is keyqueue.AddResult.QUEUED
+    assert results[0] is keyqueue.AddResult.DEFERRED
+    assert results[1] is False
+    assert all(r is keyqueue.AddResult.DEFERRED for r in results[2:])
+    # The helper thread applies the deferred calls once the lock is free; wait for their effect.
+    expected = {"k", "from-inside"} | ({"later"} if hasattr(q, "add_after") else set())
+    _wait_until(lambda: len(q) == len(expected), "the deferred calls to take effect")
+    assert not q._core.processing  # "busy" was done
+    got = set()
+    for _ in expected:
+        item = q._core.pop()
+        got.add(item.name if isinstance(item, _ReentrantKey) else item)
+    assert got == expected
+
+
+def test_signal_handler_adds_while_the_main_thread_works_the_queue() -> None:
+    """A real signal handler calling add/done many times while the main thread runs add/get/done in a loop; in a
+    subprocess, so that a deadlock (the behaviour before the fix) fails the test instead of hanging it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import signal, keyqueue
+        q = keyqueue.RateLimitingQueue(keyqueue.ItemExponentialFailureRateLimiter(0.001, 0.01))
+        sent, results = [], []
+        def handler(signum, frame):
+            k = f"sig-{len(sent)}"
+            sent.append(k)
+            results.append(q.add(k))
+            results.append(q.add_rate_limited(k + "-rl"))
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+        seen = set()
+        for i in range(100_000):
+            q.add("work"); k = q.get(); seen.add(k); q.done(k)
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        want = {k for s in sent for k in (s, s + "-rl")} | {"work"}
+        while seen != want:  # every key a handler added arrives (a lost one: TimeoutError, exit 1)
+            k = q.get(timeout=30)
+            seen.add(k)
+            q.done(k)
+        print(len(sent), sum(r is keyqueue.AddResult.DEFERRED for r in results), "ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    signals, deferred, ok = out.stdout.split()
+    assert ok == "ok" and int(signals) > 0
+    assert int(deferred) > 0  # some handlers did interrupt the queue with its lock held (~2/3 of them here)

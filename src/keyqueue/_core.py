@@ -53,6 +53,9 @@ class AddResult(IntEnum):
     QUEUED = 3  #: the key joined the FIFO tail
     DELAYED = 4  #: a delayed entry was stored, or an existing one moved earlier
     DELAY_KEPT = 5  #: an earlier delayed entry of this key already exists; nothing changed
+    #: called while this thread may be inside one of the queue's own calls holding its lock (a signal handler or
+    #: ``__del__`` that interrupted it): the call is applied by a helper thread as soon as the lock is free
+    DEFERRED = 6
 
 
 # Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
@@ -62,6 +65,7 @@ MARKED: Final = AddResult.MARKED
 QUEUED: Final = AddResult.QUEUED
 DELAYED: Final = AddResult.DELAYED
 DELAY_KEPT: Final = AddResult.DELAY_KEPT
+DEFERRED: Final = AddResult.DEFERRED
 
 # A delay this long (or infinite) means "never" in practice: 2**63 ns is ~292 years, Go's InfDuration.
 _MAX_DELAY_NS: Final = 2**63 - 1

@@ -8,19 +8,25 @@ each shell supplies only how a getter waits and is woken (:meth:`ShellBase._init
 
 from __future__ import annotations
 
+import _thread
+import sys
 import threading
 import time
-from collections.abc import Hashable
-from typing import Any, Final, Generic, TypeVar
+from collections import deque
+from collections.abc import Callable, Hashable
+from types import CodeType, FrameType
+from typing import Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import (
     DEDUP,
+    DEFERRED,
     DELAYED,
     QUEUED,
     AddResult,
     CountingCore,
     QueueCore,
     QueueStats,
+    check_delay,
     check_hashable,
 )
 from keyqueue.clock import Clock, RealClock
@@ -38,6 +44,11 @@ YIELD_EVERY: Final = 256
 
 _sleep = time.sleep
 _active_count = threading.active_count
+
+# Code of the public entry points that may be called from a signal handler or __del__ (add, add_after,
+# add_rate_limited, done, and the priority queue's add): frames of these directly above a busy-lock check belong to
+# the call being made, not to an interrupted one (add_rate_limited -> add_after). keyqueue.priority adds its own.
+ENTRY_CODES: set[CodeType] = set()
 
 
 class ShellBase(Generic[T]):
@@ -66,6 +77,8 @@ class ShellBase(Generic[T]):
         self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
         self._until_yield = YIELD_EVERY
+        self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._helper_token = _thread.allocate_lock()  # held while a helper thread applies deferred calls
         self.clock.subscribe(self._on_clock_jump)
 
     # -- what each shell supplies -------------------------------------------------------------------------
@@ -128,7 +141,10 @@ class ShellBase(Generic[T]):
             check_hashable(item)
             raise
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            return self._defer(self.add, item)
         try:
             outcome = self._core.add(item)
             if outcome is QUEUED and self._getters:  # `is`: enum members are singletons
@@ -154,6 +170,73 @@ class ShellBase(Generic[T]):
         if _active_count() > 1:
             _sleep(0)
 
+    # -- calls from a signal handler or __del__ (issue 16) ------------------------------------------------
+
+    def _acquire_unless_own(self) -> bool:
+        """The lock is busy (``locked()`` was true just now). Returns ``False`` at once if a frame of this very
+        thread may be inside one of this queue's calls, i.e. may hold the lock: the call was made from a signal
+        handler or a ``__del__`` that interrupted it, and waiting would deadlock. Otherwise another thread holds
+        the lock: block until it is free, acquire it and return ``True``.
+
+        Only this slow path looks at frames; the uncontended path costs one ``locked()`` call before its usual
+        blocking ``acquire()`` (a non-blocking ``acquire(False)`` parses its argument and costs more). The lock
+        may be taken by another thread between the two: the blocking acquire then waits as it always did; it
+        cannot be taken by this thread, whose calls all release it before returning. A frame counts
+        if its ``self`` is the queue, its core, its metrics recorder or one of its conditions (that covers the
+        waits inside :mod:`threading`); a false alarm (this thread is inside the queue without the lock while
+        another thread holds it) only defers the call, which is still applied."""
+        owners = self._lock_owners()
+        f: FrameType | None = sys._getframe(2)  # skip this method and the entry point that called it
+        while f is not None and f.f_code in ENTRY_CODES:
+            f = f.f_back  # the entry points of the call being made (add_rate_limited -> add_after)
+        while f is not None:
+            if f.f_globals.get("__name__", "").startswith(("keyqueue", "threading")):
+                me = f.f_locals.get("self")
+                if me is not None and any(me is o for o in owners):
+                    return False
+            f = f.f_back
+        self._lock.acquire()
+        return True
+
+    def _lock_owners(self) -> list[object]:
+        """Objects whose methods run with this queue's lock held (see :meth:`_acquire_unless_own`)."""
+        core = self._core
+        owners: list[object] = [self, core]
+        metrics = core.metrics
+        if metrics is not None:
+            owners += [metrics, getattr(metrics, "inner", metrics)]
+        return owners
+
+    def _defer(self, call: Callable[..., Any], *args: Any) -> AddResult:
+        """Queue ``call(*args)`` for the helper thread and make sure one runs; returns ``DEFERRED``.
+
+        Nothing here blocks or takes a lock that the interrupted frame could hold: the deque's ``append`` is
+        atomic, the helper token is only tried (never waited for), and the helper is started with
+        :func:`_thread.start_new_thread` (no :mod:`threading` locks). The helper waits for the queue's lock like
+        any other thread, so the call takes effect as soon as the interrupted call releases it, in the order the
+        calls were deferred."""
+        self._deferred.append((call, args))
+        if self._helper_token.acquire(False):
+            _thread.start_new_thread(self._run_deferred, ())
+        return DEFERRED
+
+    def _run_deferred(self) -> None:
+        pending = self._deferred
+        token = self._helper_token
+        while True:
+            try:
+                while pending:
+                    call, args = pending.popleft()
+                    try:
+                        call(*args)
+                    except Exception as e:  # the call was validated before it was deferred; report, go on
+                        sys.unraisablehook(cast(Any, _Unraisable(e, call)))
+            finally:
+                token.release()
+            # A call deferred after the loop saw the deque empty, but before the release, found the token taken.
+            if not pending or not token.acquire(False):
+                return
+
     # -- completing --------------------------------------------------------------------------------------
 
     def done(self, item: T) -> bool:
@@ -165,7 +248,12 @@ class ShellBase(Generic[T]):
         is still queued and handed out, so a drain can finish it).
         """
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            check_hashable(item)
+            self._defer(self.done, item)
+            return False
         try:
             core = self._core
             if core.done(item):
@@ -233,7 +321,12 @@ class DelayedAdds(ShellBase[T]):
         the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
         """
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            delay = check_delay(delay)
+            check_hashable(item)
+            return self._defer(self.add_after, item, delay)
         try:
             outcome = self._core.add_after(item, delay)  # validates delay and item before changing anything
             if (outcome is QUEUED or outcome is DELAYED) and self._getters:
@@ -281,3 +374,19 @@ class RateLimitedAdds(DelayedAdds[T]):
     def num_requeues(self, item: T) -> int:
         """How many failures of ``item`` the limiter remembers."""
         return self.rate_limiter.num_requeues(item)
+
+
+class _Unraisable:
+    """The argument :func:`sys.unraisablehook` expects, for an exception raised by a deferred call."""
+
+    def __init__(self, exc: Exception, call: object) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = exc.__traceback__
+        self.err_msg = "Exception in a keyqueue call deferred from a signal handler or __del__"
+        self.object = call
+
+
+ENTRY_CODES.update(
+    f.__code__ for f in (ShellBase.add, ShellBase.done, DelayedAdds.add_after, RateLimitedAdds.add_rate_limited)
+)

@@ -46,6 +46,9 @@ class Queue(ShellBase[T]):
     def _wake_one(self) -> None:
         self._readable.notify()
 
+    def _lock_owners(self) -> list[object]:
+        return [*super()._lock_owners(), self._readable, self._idle]  # Condition.wait/notify run with the lock
+
     def _wake_drainers(self) -> None:
         self._idle.notify_all()
 
