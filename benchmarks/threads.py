@@ -11,6 +11,8 @@ import importlib
 import inspect
 import queue as stdlib_queue
 import random
+import resource
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +22,7 @@ from typing import Any
 from keyqueue import RateLimitingQueue, ShutDown
 from keyqueue.threaded import Queue
 
-__all__ = ["RaceOutcome", "firehose", "race", "race_via_lab"]
+__all__ = ["RaceOutcome", "adders_workers", "firehose", "race", "race_via_lab", "wakeup_latency"]
 
 _JOIN_TIMEOUT_S = 60.0
 
@@ -78,6 +80,171 @@ def firehose(duration_s: float, n_keys: int = 20, n_workers: int = 5, work_s: fl
     out["adds_per_s"] = out["adds"] / out["elapsed_s"]
     out["processed"] = sum(processed)
     return out
+
+
+def _voluntary_switches() -> int:
+    # getrusage(RUSAGE_SELF) sums every thread of the process (/proc/self/status counts only the main thread).
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def adders_workers(
+    kind: str, duration_s: float, n_adders: int = 8, n_workers: int = 4, n_keys: int = 10_000, seed: int = 1
+) -> dict[str, Any]:
+    """``n_adders`` threads add random keys (of ``n_keys``) as fast as they can while ``n_workers`` threads
+    ``get`` + ``done`` (no work in between) for ``duration_s``. ``kind``: ``"keyqueue"`` (a :class:`Queue`) or
+    ``"queue.Queue"`` (``put``/``get``, no dedup). Returns adds/s, keys processed/s (counted up to the end of the
+    window, not while draining afterwards) and voluntary context switches/s of the whole process."""
+    names = [f"default/obj-{i}" for i in range(n_keys)]
+    rng = random.Random(seed)
+    plan = [rng.choice(names) for _ in range(50_000)]
+    stop = threading.Event()
+    adds = [0] * n_adders
+    processed = [0] * n_workers
+    wq: Queue[str] | None = None
+    plain: stdlib_queue.Queue[str | None] | None = None
+    if kind == "keyqueue":
+        wq = Queue()
+        put: Callable[[str], object] = wq.add
+    elif kind == "queue.Queue":
+        plain = stdlib_queue.Queue()
+        put = plain.put
+    else:
+        raise ValueError(f"kind must be 'keyqueue' or 'queue.Queue', got {kind!r}")
+
+    def adder(slot: int) -> None:
+        mine = plan[slot * 997:] + plan[:slot * 997]  # each adder its own order of the same keys
+        n = 0
+        while not stop.is_set():
+            for key in mine:
+                put(key)
+            n += len(mine)
+        adds[slot] = n
+
+    def worker(slot: int) -> None:
+        n = 0
+        if wq is not None:
+            get, done = wq.get, wq.done
+            try:
+                while True:
+                    done(get())
+                    n += 1
+                    processed[slot] = n
+            except ShutDown:
+                return
+        assert plain is not None
+        pget = plain.get
+        while pget() is not None:
+            n += 1
+            processed[slot] = n
+
+    ws = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_workers)]
+    ads = [threading.Thread(target=adder, args=(i,), daemon=True) for i in range(n_adders)]
+    switches0 = _voluntary_switches()
+    t0 = time.perf_counter()
+    for t in ws + ads:
+        t.start()
+    stop.wait(duration_s)
+    done_in_window = sum(processed)
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    for t in ads:
+        t.join(_JOIN_TIMEOUT_S)
+    add_elapsed = time.perf_counter() - t0
+    switches = _voluntary_switches() - switches0
+    if wq is not None:
+        wq.shut_down()
+    else:
+        assert plain is not None
+        for _ in ws:
+            plain.put(None)
+    for t in ws:
+        t.join(_JOIN_TIMEOUT_S)
+    if any(t.is_alive() for t in ws + ads):
+        raise RuntimeError("adders_workers: a thread did not finish")
+    return {
+        "kind": kind,
+        "adds_per_s": sum(adds) / add_elapsed,
+        "processed_per_s": done_in_window / elapsed,
+        "voluntary_switches_per_s": switches / add_elapsed,
+    }
+
+
+def wakeup_latency(kind: str, samples: int, gap_s: float = 0.001) -> dict[str, Any]:
+    """How long a key waits between its ``add`` and a blocked worker's ``get`` returning it when the adding thread
+    keeps running Python code afterwards (an informer or trigger thread that adds mostly duplicate keys in a loop
+    and never blocks): the queue-side part of the pipeline's enqueue → ``Get`` latency.
+
+    The adding thread loops over 64 hot keys and, every ``gap_s``, adds a fresh key carrying its
+    ``perf_counter`` timestamp; one worker thread waits in ``get`` and records the difference. ``kind="keyqueue"``:
+    the hot adds are lock-free dedup adds to the same :class:`Queue`. ``kind="baseline"``: a
+    :class:`queue.SimpleQueue` behind the same loop of ``key in pending`` probes (the dedup a hand-written queue
+    does in front of it). Returns median / p90 / max in µs."""
+    hot = [f"default/hot-{i}" for i in range(64)]
+    lat: list[float] = []
+    finished = threading.Event()
+    if kind == "keyqueue":
+        wq: Queue[Any] = Queue()
+        for k in hot:
+            wq.add(k)
+        for _ in hot:
+            wq.get()  # the hot keys are processing and marked: every later add of them is a lock-free DEDUP
+        for k in hot:
+            wq.add(k)
+        add: Callable[[Any], object] = wq.add
+
+        def offer(key: Any) -> None:
+            add(key)
+
+        def take() -> Any:
+            item = wq.get()
+            wq.done(item)
+            return item
+    elif kind == "baseline":
+        sq: stdlib_queue.SimpleQueue[Any] = stdlib_queue.SimpleQueue()
+        pending = set(hot)
+        sput = sq.put
+
+        def offer(key: Any) -> None:
+            if key not in pending:
+                sput(key)
+
+        take = sq.get
+    else:
+        raise ValueError(f"kind must be 'keyqueue' or 'baseline', got {kind!r}")
+
+    def worker() -> None:
+        clock = time.perf_counter
+        while len(lat) < samples:
+            t_add = take()[1]
+            lat.append(clock() - t_add)
+        finished.set()
+
+    def adder() -> None:
+        clock = time.perf_counter
+        i = 0
+        next_at = clock() + gap_s
+        while not finished.is_set():
+            for k in hot:
+                offer(k)
+            t = clock()
+            if t >= next_at:
+                i += 1
+                offer((i, t))
+                next_at = t + gap_s
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (worker, adder)]
+    for t in threads:
+        t.start()
+    finished.wait(_JOIN_TIMEOUT_S)
+    if kind == "keyqueue":
+        wq.shut_down()
+    for t in threads:
+        t.join(_JOIN_TIMEOUT_S)
+    if len(lat) < samples:
+        raise RuntimeError(f"wakeup_latency: only {len(lat)} of {samples} samples")
+    us = sorted(x * 1e6 for x in lat[:samples])
+    return {"kind": kind, "samples": samples, "median_us": statistics.median(us),
+            "p90_us": us[int(0.9 * (len(us) - 1))], "max_us": us[-1]}
 
 
 @dataclass

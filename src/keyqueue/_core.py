@@ -19,13 +19,15 @@ any other add. A delayed entry does not make its key "known" to the four-state m
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import IntEnum
+from operator import itemgetter
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from keyqueue.clock import Clock, seconds_to_ns
+from keyqueue.clock import Clock
 from keyqueue.errors import KeyMutatedError
 
 __all__ = [
@@ -55,6 +57,9 @@ class AddResult(IntEnum):
     QUEUED = 3  #: the key joined the FIFO tail
     DELAYED = 4  #: a delayed entry was stored, or an existing one moved earlier
     DELAY_KEPT = 5  #: an earlier delayed entry of this key already exists; nothing changed
+    #: called while this thread may be inside one of the queue's own calls holding its lock (a signal handler or
+    #: ``__del__`` that interrupted it): the call is applied by a helper thread as soon as the lock is free
+    DEFERRED = 6
 
 
 # Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
@@ -64,10 +69,13 @@ MARKED: Final = AddResult.MARKED
 QUEUED: Final = AddResult.QUEUED
 DELAYED: Final = AddResult.DELAYED
 DELAY_KEPT: Final = AddResult.DELAY_KEPT
+DEFERRED: Final = AddResult.DEFERRED
 
 # A delay this long (or infinite) means "never" in practice: 2**63 ns is ~292 years, Go's InfDuration.
 _MAX_DELAY_NS: Final = 2**63 - 1
 _MAX_DELAY_S: Final = _MAX_DELAY_NS / 1e9
+_NO_TIME: Final = -(2**63)  # below any clock time: "no delayed entry"
+_ready_ns: Final = itemgetter(0)  # a heap entry's time
 
 
 def check_hashable(item: object) -> None:
@@ -226,7 +234,9 @@ class QueueCore(Generic[T]):
 
     __slots__ = (
         "_heap",
+        "_latest_ns",
         "_seq",
+        "_sorted",
         "_waiting",
         "clock",
         "dirty",
@@ -257,6 +267,10 @@ class QueueCore(Generic[T]):
         self._heap: list[list[Any]] = []
         self._waiting: dict[T, list[Any]] = {}
         self._seq = 0
+        self._latest_ns = _NO_TIME  # >= the time of every entry in the heap (an upper bound; see promote_due)
+        # True while the heap list is sorted (a sorted list is a valid heap): entries pushed in time order, the
+        # usual case, keep it so, and promote_due then cuts off the due prefix in one slice.
+        self._sorted = True
         self.shutting_down = False
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
@@ -291,52 +305,106 @@ class QueueCore(Generic[T]):
         :meth:`next_ready_ns` must let one of them re-compute its timeout. A plain add does not cancel a
         delayed entry. Raises ``ValueError`` for NaN and ``TypeError`` for an unhashable item, changing nothing.
         """
-        delay = check_delay(delay)
-        check_hashable(item)
-        if self.shutting_down:
-            return DROPPED
-        if delay <= 0:
+        if delay.__class__ is not float or delay != delay:
+            delay = check_delay(delay)  # raises for a non-number and NaN; converts an int
+        if self.shutting_down or delay <= 0:
+            check_hashable(item)
+            if self.shutting_down:
+                return DROPPED
             outcome = self.add(item)  # first: if the key's __eq__ raises, not even the retry is counted
             if self.metrics is not None:
                 self.metrics.retry()
             return outcome
-        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else max(1, seconds_to_ns(delay))
-        ready = self.clock.now_ns() + delay_ns
-        live = self._waiting.get(item)  # before any change (the key's __eq__ may raise)
+        waiting = self._waiting
+        try:
+            live = waiting.get(item)  # before any change (the key's __eq__ may raise)
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the clear message; nothing has changed
+            raise
         if self.metrics is not None:
             self.metrics.retry()
+        # round(...) or 1: a positive delay below half a nanosecond still waits (and never means "now").
+        delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else (round(delay * 1_000_000_000) or 1)
+        ready = self.clock.now_ns() + delay_ns
         if live is not None:
             if live[0] <= ready:
                 return DELAY_KEPT
             live[2] = _SUPERSEDED  # its heap slot stays until popped or rebuilt, but lets go of the key
-        self._seq += 1
-        entry = [ready, self._seq, item]
+        self._seq = seq = self._seq + 1
+        entry = [ready, seq, item]
+        if ready > self._latest_ns:
+            self._latest_ns = ready
         heap = self._heap
-        heapq.heappush(heap, entry)
-        self._waiting[item] = entry
-        if len(heap) > 64 and len(heap) > 2 * len(self._waiting):
+        if self._sorted and (not heap or ready >= heap[-1][0]):
+            heap.append(entry)  # (ready, seq) is the largest: the list stays sorted, hence a heap
+        else:
+            heapq.heappush(heap, entry)
+            self._sorted = False
+        waiting[item] = entry
+        if len(heap) > 64 and len(heap) > 2 * len(waiting):
             # Too many superseded entries: rebuild from the live ones.
-            self._heap = heap = list(self._waiting.values())
-            heapq.heapify(heap)
+            self._heap = heap = list(waiting.values())
+            heap.sort()
+            self._sorted = True
         return DELAYED
 
     def promote_due(self, now_ns: int) -> int:
         """Add every delayed entry whose time is <= ``now_ns``, earliest first. Returns how many fired."""
         heap = self._heap
+        if not heap or heap[0][0] > now_ns:
+            return 0
+        if not self._sorted and self._latest_ns <= now_ns:
+            # Every entry is due (a worker draining a batch of delayed keys): one sort, linear for entries pushed
+            # in time order, makes the heap a sorted list (still a valid heap).
+            heap.sort()
+            self._sorted = True
+        if self._sorted:
+            due = bisect_right(heap, now_ns, key=_ready_ns)
+            if 8 * due >= len(heap):
+                # A large due prefix of a sorted heap: fire it in order and cut it off in one slice, instead of a
+                # heappop (~17 list comparisons at 100,000 entries) per entry. The rest stays sorted.
+                return self._fire_sorted_prefix(heap, due)
+            self._sorted = False  # heappop below reorders the list (it stays a valid heap)
         waiting = self._waiting
+        fire = self._fire
         fired = 0
         while heap and heap[0][0] <= now_ns:
             entry = heapq.heappop(heap)
             item = entry[2]
             if waiting.get(item) is entry:
                 del waiting[item]
-                self._fire(item, entry[0])
+                fire(item, entry[0])
                 fired += 1
             elif item is not _SUPERSEDED:
                 # A live entry its key's hash cannot find: the key was mutated while delayed. Forget the entry and
                 # put the key in the fifo without marking it dirty: the pop that reaches it raises KeyMutatedError.
                 purge_stale(waiting, item)
                 self.fifo.append(item)
+        return fired
+
+    def _fire_sorted_prefix(self, heap: list[list[Any]], due: int) -> int:
+        batch = heap[:due]
+        del heap[:due]
+        waiting = self._waiting
+        fire = self._fire
+        fired = 0
+        i = 0  # batch[i:] is still delayed (or superseded)
+        try:
+            for entry in batch:
+                item = entry[2]
+                if waiting.get(item) is entry:
+                    del waiting[item]
+                    i += 1  # taken out of the delayed entries: fired now, even if firing raises
+                    fire(item, entry[0])
+                    fired += 1
+                else:
+                    i += 1
+                    if item is not _SUPERSEDED:  # mutated while delayed: as in the heappop loop of promote_due
+                        purge_stale(waiting, item)
+                        self.fifo.append(item)
+        except BaseException:
+            heap[0:0] = batch[i:]  # what was not reached stays delayed, in order (the list stays sorted)
+            raise
         return fired
 
     def _fire(self, item: T, ready_ns: int) -> None:
@@ -347,7 +415,10 @@ class QueueCore(Generic[T]):
         heap = self._heap
         waiting = self._waiting
         while heap and waiting.get(heap[0][2]) is not heap[0]:
-            heapq.heappop(heap)  # superseded entry at the head: drop it now
+            if self._sorted:
+                del heap[0]  # superseded entry at the head: drop it now (a sorted list stays sorted)
+            else:
+                heapq.heappop(heap)  # superseded entry at the head: drop it now
         return heap[0][0] if heap else None
 
     @property
@@ -452,6 +523,8 @@ class QueueCore(Generic[T]):
         self.draining = drain
         self._heap.clear()
         self._waiting.clear()
+        self._latest_ns = _NO_TIME
+        self._sorted = True
 
     def idle(self) -> bool:
         """Nothing queued and nothing being processed (what a drain waits for)."""

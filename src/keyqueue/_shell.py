@@ -8,12 +8,18 @@ each shell supplies only how a getter waits and is woken (:meth:`ShellBase._init
 
 from __future__ import annotations
 
+import _thread
+import sys
 import threading
-from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from types import CodeType, FrameType
+from typing import Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import (
     DEDUP,
+    DEFERRED,
     DELAYED,
     QUEUED,
     AddResult,
@@ -32,6 +38,18 @@ from keyqueue.ratelimit import RateLimiter, check_limiter, default_controller_ra
 __all__ = ["DelayedAdds", "RateLimitedAdds", "ShellBase"]
 
 T = TypeVar("T", bound=Hashable)
+
+#: Every this many lock-free dedup adds and threading-shell ``get`` calls (one count per queue), the call lets go
+#: of the GIL once before it does anything else (see :meth:`ShellBase._yield_gil`).
+YIELD_EVERY: Final = 256
+
+_sleep = time.sleep
+_active_count = threading.active_count
+
+# Code of the public entry points that may be called from a signal handler or __del__ (add, add_after,
+# add_rate_limited, done, and the priority queue's add): frames of these directly above a busy-lock check belong to
+# the call being made, not to an interrupted one (add_rate_limited -> add_after). keyqueue.priority adds its own.
+ENTRY_CODES: set[CodeType] = set()
 
 
 class ShellBase(Generic[T]):
@@ -64,6 +82,9 @@ class ShellBase(Generic[T]):
         self._init_waiting()
         self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
+        self._until_yield = YIELD_EVERY
+        self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._helper_token = _thread.allocate_lock()  # held while a helper thread applies deferred calls
         self.clock.subscribe(self._on_clock_jump)
 
     # -- what each shell supplies -------------------------------------------------------------------------
@@ -97,6 +118,8 @@ class ShellBase(Generic[T]):
 
     def add(self, item: T) -> AddResult:
         """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
+        Every :data:`YIELD_EVERY`-th lock-free dedup add lets go of the GIL once, so that a thread adding in a loop
+        does not starve the workers (see :meth:`_yield_gil`).
 
         Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
         ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
@@ -114,12 +137,20 @@ class ShellBase(Generic[T]):
         # see every add), the add runs under the lock.
         try:
             if item in self._fast_dirty:
+                n = self._until_yield
+                if n:
+                    self._until_yield = n - 1
+                else:
+                    self._yield_gil()
                 return DEDUP
         except TypeError:
             check_hashable(item)
             raise
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            return self._defer(self.add, item)
         try:
             outcome = self._core.add(item)
             if outcome is QUEUED and self._getters:  # `is`: enum members are singletons
@@ -127,6 +158,90 @@ class ShellBase(Generic[T]):
             return outcome
         finally:
             lock.release()
+
+    def _yield_gil(self) -> None:
+        """Called by every :data:`YIELD_EVERY`-th lock-free dedup add or threading-shell ``get``, never with the
+        lock held: let go of the GIL once (``time.sleep(0)``) if other threads exist.
+
+        A lock-free add never blocks, so a thread that adds in a loop (an informer, a firehose) would otherwise
+        keep the GIL for whole switch intervals (5 ms) while a worker woken by an add waits for it (~3 ms
+        median from add to ``get``). A worker that always finds a key ready never blocks either; CPython then
+        preempts it after a switch interval at any bytecode, most often while it holds the queue's lock, and every
+        thread that needs the lock next sleeps on it (a lock convoy). Handing the GIL over every few microseconds,
+        at a point where the lock is free, avoids both. The countdown is a plain attribute shared by all threads;
+        a lost update under concurrency only moves one yield, so it needs no lock. With no other thread alive the
+        call only resets the count.
+        """
+        self._until_yield = YIELD_EVERY
+        if _active_count() > 1:
+            _sleep(0)
+
+    # -- calls from a signal handler or __del__ (issue 16) ------------------------------------------------
+
+    def _acquire_unless_own(self) -> bool:
+        """The lock is busy (``locked()`` was true just now). Returns ``False`` at once if a frame of this very
+        thread may be inside one of this queue's calls, i.e. may hold the lock: the call was made from a signal
+        handler or a ``__del__`` that interrupted it, and waiting would deadlock. Otherwise another thread holds
+        the lock: block until it is free, acquire it and return ``True``.
+
+        Only this slow path looks at frames; the uncontended path costs one ``locked()`` call before its usual
+        blocking ``acquire()`` (a non-blocking ``acquire(False)`` parses its argument and costs more). The lock
+        may be taken by another thread between the two: the blocking acquire then waits as it always did; it
+        cannot be taken by this thread, whose calls all release it before returning. A frame counts
+        if its ``self`` is the queue, its core, its metrics recorder or one of its conditions (that covers the
+        waits inside :mod:`threading`); a false alarm (this thread is inside the queue without the lock while
+        another thread holds it) only defers the call, which is still applied."""
+        owners = self._lock_owners()
+        f: FrameType | None = sys._getframe(2)  # skip this method and the entry point that called it
+        while f is not None and f.f_code in ENTRY_CODES:
+            f = f.f_back  # the entry points of the call being made (add_rate_limited -> add_after)
+        while f is not None:
+            if f.f_globals.get("__name__", "").startswith(("keyqueue", "threading")):
+                me = f.f_locals.get("self")
+                if me is not None and any(me is o for o in owners):
+                    return False
+            f = f.f_back
+        self._lock.acquire()
+        return True
+
+    def _lock_owners(self) -> list[object]:
+        """Objects whose methods run with this queue's lock held (see :meth:`_acquire_unless_own`)."""
+        core = self._core
+        owners: list[object] = [self, core]
+        metrics = core.metrics
+        if metrics is not None:
+            owners += [metrics, getattr(metrics, "inner", metrics)]
+        return owners
+
+    def _defer(self, call: Callable[..., Any], *args: Any) -> AddResult:
+        """Queue ``call(*args)`` for the helper thread and make sure one runs; returns ``DEFERRED``.
+
+        Nothing here blocks or takes a lock that the interrupted frame could hold: the deque's ``append`` is
+        atomic, the helper token is only tried (never waited for), and the helper is started with
+        :func:`_thread.start_new_thread` (no :mod:`threading` locks). The helper waits for the queue's lock like
+        any other thread, so the call takes effect as soon as the interrupted call releases it, in the order the
+        calls were deferred."""
+        self._deferred.append((call, args))
+        if self._helper_token.acquire(False):
+            _thread.start_new_thread(self._run_deferred, ())
+        return DEFERRED
+
+    def _run_deferred(self) -> None:
+        pending = self._deferred
+        token = self._helper_token
+        while True:
+            try:
+                while pending:
+                    call, args = pending.popleft()
+                    try:
+                        call(*args)
+                    except Exception as e:  # the call was validated before it was deferred; report, go on
+                        sys.unraisablehook(cast(Any, _Unraisable(e, call)))
+            finally:
+                token.release()
+            # A call deferred after the loop saw the deque empty, but before the release, found the token taken.
+            if not pending or not token.acquire(False):
+                return
 
     # -- completing --------------------------------------------------------------------------------------
 
@@ -142,7 +257,12 @@ class ShellBase(Generic[T]):
         with nothing changed.
         """
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            check_hashable(item)
+            self._defer(self.done, item)
+            return False
         try:
             core = self._core
             if core.done(item):
@@ -230,11 +350,15 @@ class DelayedAdds(ShellBase[T]):
         ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
         the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
         """
-        delay = check_delay(delay)
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            delay = check_delay(delay)
+            check_hashable(item)
+            return self._defer(self.add_after, item, delay)
         try:
-            outcome = self._core.add_after(item, delay)
+            outcome = self._core.add_after(item, delay)  # validates delay and item before changing anything
             if (outcome is QUEUED or outcome is DELAYED) and self._getters:
                 # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
                 self._wake_one()
@@ -280,3 +404,19 @@ class RateLimitedAdds(DelayedAdds[T]):
     def num_requeues(self, item: T) -> int:
         """How many failures of ``item`` the limiter remembers."""
         return self.rate_limiter.num_requeues(item)
+
+
+class _Unraisable:
+    """The argument :func:`sys.unraisablehook` expects, for an exception raised by a deferred call."""
+
+    def __init__(self, exc: Exception, call: object) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = exc.__traceback__
+        self.err_msg = "Exception in a keyqueue call deferred from a signal handler or __del__"
+        self.object = call
+
+
+ENTRY_CODES.update(
+    f.__code__ for f in (ShellBase.add, ShellBase.done, DelayedAdds.add_after, RateLimitedAdds.add_rate_limited)
+)

@@ -45,7 +45,7 @@ from collections.abc import Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from keyqueue._core import EMPTY, check_timeout
+from keyqueue._core import EMPTY, _Empty, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
 
@@ -159,6 +159,22 @@ class Queue(ShellBase[T]):
         finally:
             lock.release()
         return await self._wait_and_pop(timeout)
+
+    def _done_and_pop(self, previous: T) -> T | _Empty:
+        """``done(previous)``, then take the next key if one is ready (:data:`~keyqueue._core.EMPTY` if none),
+        under one acquisition of the lock. For :class:`KeyIterator`; the caller awaits ``get()`` on EMPTY."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            core = self._core
+            if not core.done(previous) and self._drainers and core.idle():
+                self._wake_drainers()
+            item = core.pop()
+            if self._getters and core.has_ready():
+                self._wake_one()  # the finished key was queued again, or delayed keys fell due
+            return item
+        finally:
+            lock.release()
 
     async def _wait_and_pop(self, timeout: float | None) -> T:
         loop = asyncio.get_running_loop()
@@ -332,7 +348,14 @@ class KeyIterator(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        self._finish()
+        previous = self._current
+        if previous is not _NOTHING:
+            # done(previous) and, when a key is ready, taking it: one acquisition of the lock, no suspension.
+            self._current = _NOTHING
+            item = self._queue._done_and_pop(previous)
+            if item is not EMPTY:
+                self._current = item
+                return item  # type: ignore[return-value]  # not EMPTY, so a T
         try:
             item = await self._queue.get()
         except ShutDown:

@@ -118,8 +118,12 @@ class FakeClock(Clock):
         self._ns = seconds_to_ns(_check_time("FakeClock start", start))
 
     def now_ns(self) -> int:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: read on every delayed add and metrics event, and ~80 ns cheaper
+        try:
             return self._ns
+        finally:
+            lock.release()
 
     def real_wait(self, deadline_ns: int) -> float | None:
         return None

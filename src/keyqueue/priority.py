@@ -29,12 +29,14 @@ keeps client-go's label set, ``name``, and reports the total).
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
+from keyqueue._shell import ENTRY_CODES
 from keyqueue.clock import Clock
 from keyqueue.metrics import recorder_for
 from keyqueue.metrics._recorders import PullRecorder, bind_core
@@ -157,6 +159,10 @@ class PriorityAdds(Generic[T]):
     rate_limiter: RateLimiter[T]
     clock: Clock
     name: str
+    _until_yield: int
+    _yield_gil: Callable[[], None]  # ShellBase._yield_gil
+    _acquire_unless_own: Callable[[], bool]  # ShellBase._acquire_unless_own
+    _defer: Callable[..., AddResult]  # ShellBase._defer
 
     def __init__(
         self,
@@ -241,9 +247,20 @@ class PriorityAdds(Generic[T]):
                     check_hashable(item)
                     raise
                 if entry is not None and len(entry) == 3 and -entry[0] >= priority:
+                    n = self._until_yield
+                    if n:
+                        self._until_yield = n - 1
+                    else:
+                        self._yield_gil()  # see ShellBase._yield_gil
                     return DEDUP
         lock = self._lock
-        lock.acquire()
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            # Called from a signal handler or __del__ inside one of this queue's calls: applied by a helper thread.
+            check_hashable(item)
+            return self._defer(functools.partial(self.add, item, priority=priority, after=after,
+                                                 rate_limited=rate_limited))
         try:
             outcome = self._pcore.add_checked(item, priority, after, limiter)
             if outcome in (QUEUED, DELAYED) and self._getters:
@@ -288,6 +305,9 @@ class PriorityAdds(Generic[T]):
             return {}
         with self._lock:
             return recorder.depth.snapshot()
+
+
+ENTRY_CODES.update(f.__code__ for f in (PriorityAdds.add, PriorityAdds.add_after, PriorityAdds.add_rate_limited))
 
 
 class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):

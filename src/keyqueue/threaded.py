@@ -57,6 +57,9 @@ class Queue(ShellBase[T]):
     def _wake_one(self) -> None:
         self._readable.notify()
 
+    def _lock_owners(self) -> list[object]:
+        return [*super()._lock_owners(), self._readable, self._idle]  # Condition.wait/notify run with the lock
+
     def _wake_drainers(self) -> None:
         self._idle.notify_all()
 
@@ -73,9 +76,18 @@ class Queue(ShellBase[T]):
         ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
         :data:`threading.TIMEOUT_MAX`: wait forever); a negative or NaN ``timeout``, or an ``int`` too large for a
         float, raises ``ValueError`` and a non-number ``TypeError``, before anything is taken.
+        Every :data:`~keyqueue._shell.YIELD_EVERY`-th call (counted together with the lock-free dedup adds) first
+        lets go of the GIL once, outside the lock: a worker that always finds a key ready would otherwise be
+        preempted after a whole switch interval, most likely while it holds the queue's lock, and every other
+        worker would then sleep on that lock (a lock convoy).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
+        n = self._until_yield
+        if n:
+            self._until_yield = n - 1
+        else:
+            self._yield_gil()
         lock = self._lock
         lock.acquire()
         try:
@@ -142,15 +154,40 @@ class Queue(ShellBase[T]):
         ``done(key)`` runs when the loop asks for the next key, or when the loop is left by ``break``,
         ``return`` or an exception (the generator is closed as the loop's frame lets go of it).
         """
+        try:
+            item = self.get()
+        except ShutDown:
+            return
+        lock = self._lock
+        core = self._core
         while True:
             try:
-                item = self.get()
+                yield item
+            except BaseException:  # break, return, an exception in the loop body (GeneratorExit at close)
+                self.done(item)
+                raise
+            # done(item) and the next get() under one acquisition of the lock; done has taken effect before
+            # this waits or ends the loop at ShutDown.
+            n = self._until_yield
+            if n:
+                self._until_yield = n - 1
+            else:
+                self._yield_gil()
+            lock.acquire()
+            try:
+                if not core.done(item) and self._drainers and core.idle():
+                    self._wake_drainers()
+                popped = core.pop()
+                if popped is EMPTY:
+                    item = self._wait_and_pop(None)
+                else:
+                    item = popped  # type: ignore[assignment]  # not EMPTY, so a T
+                    if self._getters and core.has_ready():
+                        self._readable.notify()  # the finished key was queued again, or delayed keys fell due
             except ShutDown:
                 return
-            try:
-                yield item
             finally:
-                self.done(item)
+                lock.release()
 
     # -- shutdown ----------------------------------------------------------------------------------------
 

@@ -49,8 +49,8 @@ def test_the_first_command_is_the_one_this_checks() -> None:
 
 
 def test_every_subcommand_the_readme_lists_exists_and_loads() -> None:
-    listed = set(re.findall(r"`(?:keyqueue-lab )?(run|dedup|race|backoff|drain|pipeline|load|apiserver|explain|failover|crash)\b",
-                            README))
+    names = "run|dedup|race|backoff|drain|pipeline|load|apiserver|explain|failover|crash"
+    listed = set(re.findall(rf"`(?:keyqueue-lab )?({names})\b", README))
     assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver", "explain", "failover",
             "crash"} <= listed
     for name in listed:
