@@ -31,7 +31,7 @@ def main(backend: str) -> None:
             if (meta.get("annotations") or {}).get(ANNOTATION) != want:  # level-based: compare, act if needed
                 patch = {"metadata": {"annotations": {ANNOTATION: want}}}
                 api.patch_namespaced_config_map(meta["name"], meta["namespace"], patch)
-                print(f"reconciled {key}: {ANNOTATION}={want}", flush=True)
+                sys.stdout.write(f"reconciled {key}: {ANNOTATION}={want}\n")  # one write: workers run at once
             cached = [informer.store.get_by_key(f"default/{name}") for name in NAMES]
             if all(o and (o["metadata"].get("annotations") or {}).get(ANNOTATION) for o in cached):
                 settled.set()
