@@ -5,7 +5,7 @@ into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this
 :mod:`keyqueue.aio` for the two shells around one state machine (:mod:`keyqueue._core`).
 """
 
-from keyqueue._core import AddResult, QueueStats
+from keyqueue._core import AddResult, Ordering, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
 from keyqueue.errors import KeyMutatedError, ShutDown
@@ -33,6 +33,7 @@ __all__ = [
     "ItemFastSlowRateLimiter",
     "KeyMutatedError",
     "MaxOfRateLimiter",
+    "Ordering",
     "PriorityQueue",
     "Queue",
     "QueueStats",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import IntEnum
 from operator import itemgetter
@@ -36,11 +36,13 @@ __all__ = [
     "CountingCore",
     "DecisionCounts",
     "MetricsRecorder",
+    "Ordering",
     "QueueCore",
     "QueueSnapshot",
     "QueueStats",
     "check_delay",
     "check_hashable",
+    "check_ordering",
     "check_timeout",
     "holds",
     "purge_stale",
@@ -226,6 +228,41 @@ class QueueStats:
     fired: int = 0
 
 
+class Ordering(Protocol[T]):
+    """The order in which waiting keys are handed out: client-go's pluggable ``Queue[T]`` (``Push``, ``Pop``,
+    ``Len``, ``Touch``), spelled as :class:`collections.deque` spells the first three, so that the default FIFO
+    *is* a deque and costs nothing extra.
+
+    The core calls every method with the queue's lock held, so an ordering needs no locking of its own and must
+    not call back into the queue. ``append(key)``: a key became waiting (a new add, or ``done()`` re-queueing a key
+    re-added while it was processed); each key is appended at most once until it is popped. ``popleft()``: hand
+    out the next key; called only when ``len() > 0``; it must return a key it was given and has not returned yet.
+    ``__len__()``: how many keys it holds (``len(q)`` and whether ``get()`` waits). ``touch(key)``, optional: an
+    add of a key that is already *waiting* (client-go calls it only then: not for a key being processed), e.g. to
+    move it up. An ordering with ``touch`` turns the shells' lock-free dedup path off, since every add of a
+    waiting key must reach it under the lock.
+    """
+
+    def append(self, item: T, /) -> None: ...
+
+    def popleft(self) -> T: ...
+
+    def __len__(self) -> int: ...
+
+
+def check_ordering(ordering: object) -> None:
+    """Raise ``TypeError`` (naming ``ordering``) unless ``ordering`` is an empty :class:`Ordering`."""
+    missing = [m for m in ("append", "popleft", "__len__") if not callable(getattr(ordering, m, None))]
+    touch = getattr(ordering, "touch", None)
+    if touch is not None and not callable(touch):
+        missing.append("touch (not callable)")
+    if missing:
+        raise TypeError(f"ordering must have append(key), popleft() and __len__() (and optionally touch(key)); "
+                        f"{type(ordering).__name__} lacks {', '.join(missing)}")
+    if len(ordering) != 0:  # type: ignore[arg-type]
+        raise ValueError(f"ordering must start empty, got one holding {len(ordering)} keys")  # type: ignore[arg-type]
+
+
 class QueueCore(Generic[T]):
     """The client-go state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
@@ -237,6 +274,7 @@ class QueueCore(Generic[T]):
         "_latest_ns",
         "_seq",
         "_sorted",
+        "_touch",
         "_waiting",
         "clock",
         "dirty",
@@ -248,12 +286,15 @@ class QueueCore(Generic[T]):
         "shutting_down",
     )
 
-    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None) -> None:
+    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None,
+                 ordering: Ordering[T] | None = None) -> None:
         self.clock = clock
         self.metrics = metrics
-        # fifo is the order in which keys will be handed out. Every key in fifo is in dirty and not in
-        # processing, and appears in fifo once.
-        self.fifo: deque[T] = deque()
+        # fifo is the order in which keys will be handed out (a deque, or the queue's own Ordering). Every key in
+        # fifo is in dirty and not in processing, and appears in fifo once.
+        self.fifo: Ordering[T] = deque() if ordering is None else ordering
+        # The ordering's Touch hook (None for the FIFO): called for an add of a key that is waiting.
+        self._touch: Callable[[T], object] | None = getattr(ordering, "touch", None)
         # dirty holds every key that needs processing: the waiting ones (in fifo) and the ones re-added while
         # being processed (not in fifo until done()).
         self.dirty: set[T] = set()
@@ -275,7 +316,7 @@ class QueueCore(Generic[T]):
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
         # see every add (CountingCore) exposes an empty set here, which turns the fast path off.
-        self.fast_dirty: set[T] | frozenset[T] = self.dirty
+        self.fast_dirty: set[T] | frozenset[T] = self.dirty if self._touch is None else frozenset()
 
     # -- adds ---------------------------------------------------------------------------------------------
 
@@ -285,6 +326,9 @@ class QueueCore(Generic[T]):
             return DROPPED
         dirty = self.dirty
         if item in dirty:
+            touch = self._touch
+            if touch is not None and item not in self.processing:
+                touch(item)  # client-go's Queue.Touch: an add of a waiting key (e.g. to re-prioritise it)
             return DEDUP
         # Every lookup (each may call the key's own __eq__, which may raise) comes before the first change, so an
         # exception leaves the queue as if the add had not happened.
@@ -580,8 +624,9 @@ class CountingCore(QueueCore[T]):
 
     __slots__ = ("_counts",)
 
-    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None) -> None:
-        super().__init__(clock, metrics)
+    def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None,
+                 ordering: Ordering[T] | None = None) -> None:
+        super().__init__(clock, metrics, ordering)
         self.fast_dirty = frozenset()
         self._counts = DecisionCounts()
 

@@ -24,11 +24,13 @@ from keyqueue._core import (
     QUEUED,
     AddResult,
     CountingCore,
+    Ordering,
     QueueCore,
     QueueSnapshot,
     QueueStats,
     check_delay,
     check_hashable,
+    check_ordering,
 )
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics import recorder_for
@@ -67,7 +69,11 @@ class ShellBase(Generic[T]):
         clock: Clock | None = None,
         metrics_provider: Any = None,
         stats: bool = False,
+        ordering: Ordering[T] | None = None,
     ) -> None:
+        if ordering is not None:
+            check_ordering(ordering)
+        self._ordering = ordering
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
         if clock is not None and not isinstance(clock, Clock):
@@ -109,7 +115,7 @@ class ShellBase(Generic[T]):
     def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
         # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
         recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder)
+        core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder, self._ordering)
         if recorder is not None:
             bind_core(recorder, core.promote_due)
         return core
@@ -379,10 +385,11 @@ class RateLimitedAdds(DelayedAdds[T]):
         clock: Clock | None = None,
         metrics_provider: Any = None,
         stats: bool = False,
+        ordering: Ordering[T] | None = None,
     ) -> None:
         if rate_limiter is not None:
             check_limiter("rate_limiter", rate_limiter)  # a TypeError now, not an AttributeError at the first failure
-        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
+        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats, ordering=ordering)
         self.rate_limiter: RateLimiter[T] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
         )

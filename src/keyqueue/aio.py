@@ -96,8 +96,9 @@ class Queue(ShellBase[T]):
 
     Keyword arguments as :class:`keyqueue.Queue`: ``name`` (metrics are emitted only for a named queue), ``clock``
     (default :class:`~keyqueue.RealClock`), ``metrics_provider``, ``stats=True`` to count every decision (see
-    :meth:`stats`; it turns off the lock-free dedup path, so adds get slower). Constructing a queue needs no event
-    loop.
+    :meth:`stats`; it turns off the lock-free dedup path, so adds get slower), ``ordering`` (as
+    :class:`keyqueue.Queue`: an empty :class:`~keyqueue.Ordering`; default FIFO). Constructing a queue needs no
+    event loop.
     """
 
     def _init_waiting(self) -> None:

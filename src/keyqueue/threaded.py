@@ -45,7 +45,10 @@ class Queue(ShellBase[T]):
 
     Keyword arguments: ``name`` (metrics are emitted only for a named queue), ``clock`` (default
     :class:`~keyqueue.RealClock`), ``metrics_provider`` (default: the process-wide provider), ``stats=True`` to
-    count every decision (see :meth:`stats`; it turns off the lock-free dedup path, so adds get slower).
+    count every decision (see :meth:`stats`; it turns off the lock-free dedup path, so adds get slower),
+    ``ordering`` (default: FIFO, a :class:`collections.deque`): the order in which waiting keys are handed out, an
+    empty :class:`~keyqueue.Ordering` owned by this queue (client-go's ``QueueConfig.Queue``, with its ``Touch``
+    hook). Every guarantee above holds for any ordering; only "in FIFO order" becomes "in the ordering's order".
     """
 
     def _init_waiting(self) -> None:
