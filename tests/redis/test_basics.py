@@ -183,10 +183,3 @@ def test_rate_limiter_arithmetic_matches_keyqueue_ratelimit(
             assert score is not None and int(score) - now_us == max(1, round(want * 1e6)), (i, key, want)
         assert q.num_requeues(key) == reference.num_requeues(key), (i, key)
         rclient.delete(q._state.keys[0], q._state.keys[1])  # keep the FIFO empty: only the limiter is compared
-
-
-def test_metrics_provider_is_refused_rather_than_ignored(redis_url: str) -> None:
-    from keyqueue.metrics import SnapshotMetricsProvider
-
-    with pytest.raises(NotImplementedError, match="metrics"):
-        Queue("m", url=redis_url, metrics_provider=SnapshotMetricsProvider())

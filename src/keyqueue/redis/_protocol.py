@@ -19,7 +19,8 @@ from importlib import resources
 from typing import Any, Final
 
 from keyqueue._core import AddResult, DecisionCounts, QueueStats, check_delay
-from keyqueue.clock import Clock
+from keyqueue.clock import Clock, RealClock
+from keyqueue.metrics._recorders import SharedQueueRecorder
 from keyqueue.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -165,12 +166,15 @@ class GetReply:
     wake_in: float | None  # nothing ready: seconds of queue time until a delayed key or a lease is due (None: never)
     waited_us: int | None  # a key: how long it waited since it became dirty (microseconds), if known
     fired: int
+    dirtied: int  # keys this script made dirty (run-out leases reclaimed, delayed keys fired)
 
 
 class HandleState:
     """One handle's bookkeeping, shared by both shells (no I/O): identity, keys, held leases, shutdown, counters.
 
-    ``lock`` guards ``held``/``lost``/``getters``/flags; it is never held across a round trip.
+    ``lock`` guards ``held``/``lost``/``getters``/flags and the metrics recorder; it is never held across a round
+    trip. ``metrics`` (set by the shell, see :mod:`keyqueue.redis._metrics`) is called here, under ``lock``, with
+    times of ``metrics_clock`` (the handle's clock, else the monotonic clock).
     """
 
     def __init__(self, name: str, *, lease: float, clock: Clock | None, stats: bool, url: str) -> None:
@@ -192,6 +196,8 @@ class HandleState:
         self.draining = False
         self.counts = DecisionCounts() if stats else None
         self.expired_seen = 0
+        self.metrics: SharedQueueRecorder | None = None
+        self.metrics_clock: Clock = clock if clock is not None else RealClock()
 
     # -- arguments (each starts with the queue time, "" = Redis TIME) ---------------------------------------
 
@@ -218,17 +224,34 @@ class HandleState:
             self.counts.add(AddResult.DROPPED)
         return AddResult.DROPPED
 
-    def on_add(self, reply: Any) -> AddResult:
+    def on_add(self, reply: Any, *, retry: bool = False) -> AddResult:
+        """An add's outcome; ``retry``: it was an accepted ``add_after``/``add_rate_limited`` (workqueue_retries)."""
         outcome = _RESULTS[int(reply)]
-        if self.counts is not None:
+        if self.counts is not None or self.metrics is not None:
             with self.lock:
-                self.counts.add(outcome)
+                if self.counts is not None:
+                    self.counts.add(outcome)
+                m = self.metrics
+                if m is not None:
+                    if outcome is AddResult.QUEUED or outcome is AddResult.MARKED:
+                        m.adds_total[0] += 1  # it made the key dirty
+                    if retry:
+                        m.retry()
         return outcome
+
+    def on_len(self, reply: Any) -> tuple[int, int]:
+        """The len script's reply: (fifo length, dirty keys); counts the keys it made dirty as this handle's adds."""
+        dirtied = int(reply[2])
+        if dirtied and self.metrics is not None:
+            with self.lock:
+                self.metrics.adds_total[0] += dirtied
+        return int(reply[0]), int(reply[1])
 
     def on_get(self, reply: Any) -> GetReply:
         status = int(reply[0])
         fired = int(reply[4])
         expired = [_text(k) for k in reply[5]]
+        dirtied = int(reply[6])
         if expired:
             log.warning("Redis queue %r: the lease of %d key(s) ran out; handed out again: %s",
                         self.name, len(expired), ", ".join(repr(k) for k in expired[:10]))
@@ -237,15 +260,21 @@ class HandleState:
             if self.counts is not None:
                 self.counts.fired += fired
                 self.counts.adds += fired
+            if self.metrics is not None:
+                self.metrics.adds_total[0] += dirtied
         if status == 1:
             key = _text(reply[1])
             lease = _text(reply[2])
             waited = _text(reply[3])
+            waited_us = int(waited) if waited else None
             with self.lock:
                 self.held[key] = lease
                 if self.counts is not None:
                     self.counts.gets += 1
-            return GetReply(key, None, int(waited) if waited else None, fired)
+                if self.metrics is not None:
+                    self.metrics.handed_out(key, self.metrics_clock.now_ns(),
+                                            None if waited_us is None else waited_us * 1000)
+            return GetReply(key, None, waited_us, fired, dirtied)
         wake = _text(reply[1])
         wake_in = None
         if wake and wake != "inf":
@@ -253,7 +282,7 @@ class HandleState:
                 wake_in = max(0.0, (float(wake) - float(_text(reply[2]))) / 1e6)
             else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
                 wake_in = self.clock.real_wait(int(wake) * 1000)
-        return GetReply(None, wake_in, None, fired)
+        return GetReply(None, wake_in, None, fired, dirtied)
 
     def begin_done(self, key: object) -> str | None:
         """Take the lease of ``key`` out of ``held`` for a done() (None: this handle does not hold it)."""
@@ -271,6 +300,11 @@ class HandleState:
             self.lost.discard((key, lease))
             if self.counts is not None and code >= 0:
                 self.counts.done(True, code == 1)
+            if self.metrics is not None:
+                if code >= 0:
+                    self.metrics.done(key, self.metrics_clock.now_ns())
+                else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
+                    self.metrics.abandon(key)
         if code < 0:
             raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
         return code == 1

@@ -9,7 +9,7 @@ if redis.call('HGET', LEASE, key) ~= ARGV[3] then
 end
 redis.call('HDEL', LEASE, key)
 redis.call('ZREM', PROC, key)
-if redis.call('SISMEMBER', DIRTY, key) == 1 then
+if redis.call('ZSCORE', DIRTY, key) then
   redis.call('RPUSH', FIFO, key)
   notify()
   redis.call('HINCRBY', COUNTERS, 'redelivered', 1)

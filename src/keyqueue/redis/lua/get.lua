@@ -4,17 +4,22 @@
 -- leases are honoured. The new lease's token is larger than every earlier one (seq), and the previous holder's
 -- lease entry is gone, so its done() cannot touch this lease.
 -- ARGV: 1 now, 2 lease length in microseconds, 3 holder id.
--- Returns {1, key, "token|holder", "", fired, expired keys}
---      or {0, next wake-up time in microseconds or "", now, "", fired, expired keys}.
+-- Returns {1, key, "token|holder", waited, fired, expired keys, dirtied}
+--      or {0, next wake-up time in microseconds or "", now, "", fired, expired keys, dirtied}
+-- where waited is how long the key was dirty before this get (microseconds; workqueue_queue_duration), fired the
+-- number of due delayed keys moved, dirtied how many keys became dirty in this script (reclaimed or fired).
 local now = now_us()
-local expired = expire(now)
-local fired = promote(now)
+local expired, reclaimed = expire(now)
+local fired, promoted = promote(now)
 local key = redis.call('LPOP', FIFO)
 if not key then
-  return {0, next_wake(), int(now), '', fired, expired}
+  return {0, next_wake(), int(now), '', fired, expired, reclaimed + promoted}
 end
-redis.call('SREM', DIRTY, key)
+local since = redis.call('ZSCORE', DIRTY, key)
+redis.call('ZREM', DIRTY, key)
 local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
 redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)
 redis.call('HSET', LEASE, key, lease)
-return {1, key, lease, '', fired, expired}
+local waited = ''
+if since then waited = int(math.max(0, now - tonumber(since))) end
+return {1, key, lease, waited, fired, expired, reclaimed + promoted}

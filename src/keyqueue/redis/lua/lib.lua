@@ -3,7 +3,8 @@
 -- One queue is the keys under one hash tag, so every script can touch all of them on Redis Cluster too.
 -- KEYS (every script gets all of them, in this order):
 --   1 fifo     list    keys waiting to be handed out, head first; each is in dirty and not in proc, once
---   2 dirty    set     keys that need processing: the waiting ones and the ones re-added while being processed
+--   2 dirty    zset    keys that need processing (the waiting ones and the ones re-added while being processed) ->
+--                      the time (microseconds of queue time) each became dirty: workqueue_queue_duration starts there
 --   3 proc     zset    keys handed out and not finished -> lease deadline (microseconds of queue time)
 --   4 lease    hash    key -> "token|holder" of its current lease (present exactly when the key is in proc)
 --   5 delay    zset    delayed keys -> ready time (microseconds); one entry per key, the earliest
@@ -50,10 +51,10 @@ end
 -- The add of the state machine. 1 = DEDUP (already dirty), 2 = MARKED (being processed: done() queues it once
 -- more), 3 = QUEUED (joined the fifo tail).
 local function add_now(key, now)
-  if redis.call('SISMEMBER', DIRTY, key) == 1 then
+  if redis.call('ZSCORE', DIRTY, key) then
     return 1
   end
-  redis.call('SADD', DIRTY, key)
+  redis.call('ZADD', DIRTY, int(now), key)
   if redis.call('ZSCORE', PROC, key) then
     return 2
   end
@@ -89,29 +90,36 @@ end
 
 -- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
 -- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+-- Returns the keys, and how many of them became dirty here (were not re-added meanwhile): metrics count those as
+-- adds of the handle whose script ran this.
 local function expire(now)
   local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', int(now), 'LIMIT', 0, BATCH)
+  local dirtied = 0
   for _, key in ipairs(gone) do
     redis.call('ZREM', PROC, key)
     redis.call('HDEL', LEASE, key)
-    redis.call('SADD', DIRTY, key)
+    dirtied = dirtied + redis.call('ZADD', DIRTY, 'NX', int(now), key)
     redis.call('RPUSH', FIFO, key)
     notify()
   end
   if #gone > 0 then
     redis.call('HINCRBY', COUNTERS, 'expired', #gone)
   end
-  return gone
+  return gone, dirtied
 end
 
--- Delayed keys that are due, earliest first, go through add_now. Returns how many fired.
+-- Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
+-- starts when it fell due, as in client-go). Returns how many fired, and how many of them made their key dirty
+-- (the others found it dirty already).
 local function promote(now)
-  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', int(now), 'LIMIT', 0, BATCH)
-  for _, key in ipairs(due) do
+  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, BATCH)
+  local dirtied = 0
+  for i = 1, #due, 2 do
+    local key = due[i]
     redis.call('ZREM', DELAY, key)
-    add_now(key, now)
+    if add_now(key, tonumber(due[i + 1])) ~= 1 then dirtied = dirtied + 1 end
   end
-  return #due
+  return #due / 2, dirtied
 end
 
 -- The earliest time something changes by itself (a delayed key falls due, a lease runs out), or "" for never.
