@@ -8,6 +8,8 @@ script (``EVALSHA``, loading it once if Redis does not know it) and feeds the re
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import math
@@ -45,10 +47,17 @@ _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED,
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
 
 
+@functools.cache
 def script_source(operation: str) -> str:
     """The Lua text sent for ``operation``: the shared library (lib.lua), then the operation's own file."""
     pkg = resources.files("keyqueue.redis") / "lua"
     return (pkg / "lib.lua").read_text() + "\n" + (pkg / f"{operation}.lua").read_text()
+
+
+@functools.cache
+def script_sha(operation: str) -> str:
+    """The SHA1 under which Redis knows ``operation``'s script (what ``EVALSHA`` names)."""
+    return hashlib.sha1(script_source(operation).encode()).hexdigest()
 
 
 def check_name(name: object) -> str:
@@ -100,10 +109,18 @@ def translated(url: str, operation: str) -> Iterator[None]:
 
     try:
         yield
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
-        raise RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}") from exc
     except rx.RedisError as exc:
-        raise RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}") from exc
+        raise translate(url, operation, exc) from exc
+
+
+def translate(url: str, operation: str, exc: Exception) -> RedisQueueError:
+    """The keyqueue error for an error of the ``redis`` package (raise it ``from exc``): :class:`RedisUnavailable`
+    for a connection error or timeout, else :class:`RedisQueueError`; both name ``url`` and ``operation``."""
+    import redis.exceptions as rx
+
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+        return RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}")
+    return RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}")
 
 
 # -- rate limiters ----------------------------------------------------------------------------------------------
@@ -184,7 +201,7 @@ class HandleState:
         self.clock = clock
         self.url = url
         self.holder = uuid.uuid4().hex[:16]
-        prefix = f"kq:{{{name}}}:"
+        self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
         self.keys = [prefix + role for role in _KEY_ROLES]
         self.notify_key = self.keys[5]
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
@@ -248,10 +265,16 @@ class HandleState:
         return int(reply[0]), int(reply[1])
 
     def on_get(self, reply: Any) -> GetReply:
-        status = int(reply[0])
-        fired = int(reply[4])
-        expired = [_text(k) for k in reply[5]]
-        dirtied = int(reply[6])
+        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua)."""
+        if isinstance(reply, list):
+            text, expired = _text(reply[0]), [_text(k) for k in reply[1]]
+        else:
+            text, expired = _text(reply), []
+        if text[0] == "1":
+            _, fired_s, dirtied_s, waited, lease, key = text.split(" ", 5)
+        else:
+            _, fired_s, dirtied_s, wake, now = text.split(" ")
+        fired, dirtied = int(fired_s), int(dirtied_s)
         if expired:
             log.warning("Redis queue %r: the lease of %d key(s) ran out; handed out again: %s",
                         self.name, len(expired), ", ".join(repr(k) for k in expired[:10]))
@@ -262,11 +285,8 @@ class HandleState:
                 self.counts.adds += fired
             if self.metrics is not None:
                 self.metrics.adds_total[0] += dirtied
-        if status == 1:
-            key = _text(reply[1])
-            lease = _text(reply[2])
-            waited = _text(reply[3])
-            waited_us = int(waited) if waited else None
+        if text[0] == "1":
+            waited_us = None if waited == "-" else int(waited)
             with self.lock:
                 self.held[key] = lease
                 if self.counts is not None:
@@ -275,11 +295,10 @@ class HandleState:
                     self.metrics.handed_out(key, self.metrics_clock.now_ns(),
                                             None if waited_us is None else waited_us * 1000)
             return GetReply(key, None, waited_us, fired, dirtied)
-        wake = _text(reply[1])
         wake_in = None
-        if wake and wake != "inf":
+        if wake != "-" and wake != "inf":
             if self.clock is None:  # Redis time: the server said what time it is
-                wake_in = max(0.0, (float(wake) - float(_text(reply[2]))) / 1e6)
+                wake_in = max(0.0, (float(wake) - float(now)) / 1e6)
             else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
                 wake_in = self.clock.real_wait(int(wake) * 1000)
         return GetReply(None, wake_in, None, fired, dirtied)

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
 
+from redis.exceptions import NoScriptError, RedisError
+
 from keyqueue._core import AddResult, QueueStats, check_timeout
 from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
@@ -32,11 +34,14 @@ from keyqueue.redis._protocol import (
     describe_url,
     limiter_tree,
     log,
+    script_sha,
+    script_source,
     socket_timeout_of,
+    translate,
     translated,
 )
 from keyqueue.redis.errors import RedisQueueError
-from keyqueue.redis.threaded import _source, client_for
+from keyqueue.redis.threaded import client_for
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
@@ -90,7 +95,8 @@ class Queue:
         self.url = shown
         self.clock = clock
         self.lease_seconds = state.lease
-        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._evalsha = client.evalsha
+        self._sha = {op: script_sha(op) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.Task[None] | None = None
@@ -105,8 +111,15 @@ class Queue:
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str]) -> Any:
-        with translated(self.url, op):
-            return await self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
+        try:
+            try:
+                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+            except NoScriptError:
+                await self._client.script_load(script_source(op))
+                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
 
     @property
     def _getters(self) -> int:
@@ -255,10 +268,10 @@ class Queue:
         with self._scrape_lock:
             if self._scrape_client is None:
                 client = scrape_client(self._client)
-                self._scrape_client = (client, client.register_script(_source("len")))
+                self._scrape_client = (client, client.register_script(script_source("len")))
             client, script = self._scrape_client
         with translated(self.url, "len (metrics scrape)"):
-            reply = script(keys=self._state.keys, args=[self._state.now_arg()], client=client)
+            reply = script(keys=[self._state.prefix], args=[self._state.now_arg()], client=client)
         return self._state.on_len(reply)[1]
 
     async def inspect(self) -> dict[str, int]:

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self
 
+from redis.exceptions import NoScriptError, RedisError
+
 from keyqueue._core import AddResult, QueueStats, check_timeout
 from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
@@ -31,23 +33,15 @@ from keyqueue.redis._protocol import (
     describe_url,
     limiter_tree,
     log,
+    script_sha,
     script_source,
     socket_timeout_of,
+    translate,
     translated,
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
-
-_SCRIPT_CACHE: dict[str, str] = {}
-
-
-def _source(op: str) -> str:
-    text = _SCRIPT_CACHE.get(op)
-    if text is None:
-        text = _SCRIPT_CACHE[op] = script_source(op)
-    return text
-
 
 def client_for(url: str | None, *, asyncio: bool) -> tuple[Any, str]:
     """A client for ``url`` (default ``$KEYQUEUE_REDIS_URL``) with the default socket timeouts, and the URL."""
@@ -140,7 +134,8 @@ class Queue:
         self.url = shown
         self.clock = clock
         self.lease_seconds = state.lease
-        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._evalsha = client.evalsha
+        self._sha = {op: script_sha(op) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._idle = threading.Condition(state.lock)  # shut_down_with_drain() waits here for held keys to finish
         self._stop = threading.Event()
@@ -153,8 +148,16 @@ class Queue:
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        with translated(self.url, op):
-            return self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+        # EVALSHA with one KEYS entry (the queue's prefix, see lib.lua); the script is loaded when Redis does not
+        # know it (first use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        try:
+            try:
+                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+            except NoScriptError:
+                self._client.script_load(script_source(op))
+                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
 
     @property
     def _getters(self) -> int:
