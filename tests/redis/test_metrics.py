@@ -231,3 +231,37 @@ def test_scrape_survives_an_unreachable_redis(
         dead.close()
     assert s.value("workqueue_depth", name=dead_name) == 0 and s.value("workqueue_depth", name=name) == 1
     assert any("depth not read" in r.getMessage() and "127.0.0.1:1" in r.getMessage() for r in caplog.records)
+
+
+def test_scrapes_during_concurrent_work_never_go_backwards(make_queue: Callable[..., Any]) -> None:
+    import threading
+
+    name = fresh()
+    provider = SnapshotMetricsProvider()
+    q = make_queue("queue", name=name, metrics_provider=provider)
+    rounds = 300
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for i in range(rounds):
+                q.add(f"k{i % 7}")
+                q.done(q.get(timeout=5))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    last = (0, 0, 0)
+    scrapes = 0
+    while worker.is_alive() or scrapes == 0:
+        s = provider.snapshot()[name]
+        now = (s.adds, s.queue_duration.count, s.work_duration.count)
+        assert all(a >= b for a, b in zip(now, last, strict=True)), (now, last)
+        assert s.depth >= 0 and s.unfinished_work_seconds >= 0
+        last, scrapes = now, scrapes + 1
+    worker.join()
+    assert not errors, errors
+    s = provider.snapshot()[name]
+    assert (s.adds, s.queue_duration.count, s.work_duration.count, s.depth) == (rounds, rounds, rounds, 0)
+    assert scrapes > 1  # control: the scrapes really ran while the work did
