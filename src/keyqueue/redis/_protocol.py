@@ -232,7 +232,9 @@ class HandleState:
         return [self.now_arg(), check_key(key), tree.json, "1" if record_only else ""]
 
     def get_args(self) -> list[str]:
-        return [self.now_arg(), str(self.lease_us), self.holder]
+        if self.metrics is None:
+            return [self.now_arg(), str(self.lease_us), self.holder]
+        return [self.now_arg(), str(self.lease_us), self.holder, "1"]  # and tell me how long the key waited
 
     # -- outcomes ---------------------------------------------------------------------------------------------
 

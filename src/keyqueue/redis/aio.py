@@ -225,7 +225,7 @@ class Queue:
             reply: Any = -1
         else:
             try:
-                reply = await self._call("done", [state.now_arg(), key, lease])
+                reply = await self._call("done", [key, lease])
             except BaseException:
                 state.abort_done(key, lease)
                 raise

@@ -267,7 +267,7 @@ class Queue:
             reply: Any = -1
         else:
             try:
-                reply = self._call("done", [state.now_arg(), key, lease])
+                reply = self._call("done", [key, lease])
             except RedisQueueError:
                 state.abort_done(key, lease)
                 raise

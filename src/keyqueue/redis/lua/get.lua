@@ -3,7 +3,8 @@
 -- Invariant kept: a key is handed out only from the fifo, so never while it is in proc: one holder per key while
 -- leases are honoured. The new lease's token is larger than every earlier one (seq), and the previous holder's
 -- lease entry is gone, so its done() cannot touch this lease.
--- ARGV: 1 now, 2 lease length in microseconds, 3 holder id.
+-- ARGV: 1 now, 2 lease length in microseconds, 3 holder id, 4 "1" if the caller records metrics (only then is the
+-- time the key became dirty read, for waited).
 -- Returns one string (a flat reply: a client parses one bulk string much faster than an array of seven):
 --   "1 <fired> <dirtied> <waited> <token|holder> <key>"   a key was handed out (the key last: it may hold spaces)
 --   "0 <fired> <dirtied> <wake> <now>"                    nothing ready
@@ -22,7 +23,8 @@ if not key then
   if wake == '' then wake = '-' end
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
 else
-  local since = redis.call('ZSCORE', DIRTY, key)
+  local since = false
+  if ARGV[4] == '1' then since = redis.call('ZSCORE', DIRTY, key) end
   redis.call('ZREM', DIRTY, key)
   local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
   redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)

@@ -16,8 +16,9 @@
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
 --   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered
--- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME): the server's clock
--- decides leases, delays and the bucket, whatever the clients' clocks say.
+-- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
+-- done (which reads no clock): the server's clock decides leases, delays and the bucket, whatever the clients'
+-- clocks say.
 local P = KEYS[1]
 local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = P .. 'fifo', P .. 'dirty', P .. 'proc', P .. 'lease', P .. 'delay',
   P .. 'notify'
