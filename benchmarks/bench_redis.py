@@ -69,6 +69,24 @@ def _ping(ctx: Context) -> Measurement | Skip:
         client.close()
 
 
+def _evalsha(keys: int, args: int) -> Any:
+    # The floor of a script call: EVALSHA of a script that only returns, with this many KEYS and ARGV.
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        import redis
+
+        client = redis.Redis.from_url(_url())
+        try:
+            sha = client.script_load("return 1")
+            names = [f"kq:{{bench}}:{i}" for i in range(keys)] + ["x" * 12] * args
+            return time_inline(ctx, "evalsha(sha, n, *names)",
+                               globals={"evalsha": client.evalsha, "sha": sha, "n": keys, "names": names})
+        finally:
+            client.close()
+    return run
+
+
 def _dedup(ctx: Context) -> Measurement | Skip:
     if (skip := _available()) is not None:
         return skip
@@ -255,13 +273,19 @@ def cases(smoke: bool) -> list[Case]:
     limit = 1.3
     return [
         Case("redis.ping", "Redis PING round trip (the physical limit)", G_REDIS, _ping, interleave=True),
+        Case("redis.evalsha", "EVALSHA of `return 1`, no KEYS/ARGV (the floor of a script call)", G_REDIS,
+             _evalsha(0, 0), baseline="redis.ping", needs=("redis.ping",), interleave=True),
+        Case("redis.evalsha10", "EVALSHA of `return 1` with 10 KEYS + 2 ARGV", G_REDIS, _evalsha(10, 2),
+             baseline="redis.ping", needs=("redis.ping",), interleave=True),
         Case("redis.add", f"add, new key → QUEUED ({n:,} keys)", G_REDIS, _add_new(n), baseline="redis.ping",
-             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",)),
+             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
+             interleave=True),
         Case("redis.dedup", "add, key waiting → DEDUP", G_REDIS, _dedup, baseline="redis.ping",
              checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
              interleave=True),
         Case("redis.getdone", f"get / done, per call ({n:,} keys)", G_REDIS, _get_done(n), baseline="redis.ping",
-             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",)),
+             checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
+             interleave=True),
         Case("redis.cycle", "add+get+done, one key (3 round trips)", G_REDIS, _cycle(False),
              baseline="redis.naive", needs=("redis.naive", "redis.ping"), interleave=True),
         Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,

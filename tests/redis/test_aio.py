@@ -74,3 +74,19 @@ def test_unreachable_redis_names_the_url() -> None:
         await q.aclose()
 
     asyncio.run(main())
+
+
+def test_scripts_flushed_from_redis_are_loaded_again(redis_url: str) -> None:
+    import redis
+
+    async def main() -> None:
+        async with rq.Queue(f"aio-{uuid.uuid4().hex[:8]}", url=redis_url) as q:
+            assert await q.add("a") == AddResult.QUEUED
+            with redis.Redis.from_url(redis_url) as sync:
+                sync.script_flush()
+            assert await q.add("b") == AddResult.QUEUED  # NOSCRIPT: loaded and sent once more, applied once
+            assert (await q.inspect())["queued"] == 2
+            assert await q.get(timeout=1) == "a"
+            await q.delete()
+
+    asyncio.run(main())

@@ -185,11 +185,24 @@ def test_rate_limiter_arithmetic_matches_keyqueue_ratelimit(
         rclient.delete(q._state.keys[0], q._state.keys[1])  # keep the FIFO empty: only the limiter is compared
 
 
-def test_metrics_provider_is_refused_rather_than_ignored(redis_url: str) -> None:
-    from keyqueue.metrics import SnapshotMetricsProvider
+@pytest.mark.parametrize("key", ["a b", "x|y z", " lead", "trail ", "", "ü ✓\n2", "1 0 0 - 7|h k"])
+def test_any_str_key_comes_back_unchanged(new_queue: Any, key: str) -> None:
+    # get's reply is one flat string with the key last (get.lua): spaces, '|' and newlines in a key must survive.
+    q = new_queue()
+    assert q.add(key) is AddResult.QUEUED
+    assert q.add(key) is AddResult.DEDUP
+    assert q.get(timeout=5) == key
+    assert q.held == [key]
+    assert q.done(key) is False
 
-    with pytest.raises(NotImplementedError, match="metrics"):
-        Queue("m", url=redis_url, metrics_provider=SnapshotMetricsProvider())
+
+def test_scripts_flushed_from_redis_are_loaded_again(new_queue: Any, rclient: redis.Redis) -> None:
+    q = new_queue()
+    assert q.add("a") is AddResult.QUEUED  # the add script is known to Redis now
+    rclient.script_flush()  # as after a Redis restart without persistence of scripts
+    assert q.add("b") is AddResult.QUEUED  # NOSCRIPT: loaded and sent once more, applied once
+    assert q.inspect()["queued"] == 2
+    assert rclient.script_exists(keyqueue.redis._protocol.script_sha("add")) == [True]
 
 
 def test_snapshot_counts_the_shared_structures_like_the_in_process_queue(new_queue: Any) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "PriorityDepthSource",
     "PullRecorder",
     "PushRecorder",
+    "SharedQueueRecorder",
     "bucket_index",
     "in_flight_ns",
     "nanos_to_seconds",
@@ -327,3 +328,48 @@ def bind_core(recorder: object, promote_due: Callable[[int], object]) -> None:
     target = getattr(recorder, "inner", recorder)  # a priority queue wraps the recorder
     if isinstance(target, (PullRecorder, PushRecorder)):
         target.promote_due = promote_due
+
+
+class SharedQueueRecorder(PullRecorder):
+    """The hook for one handle on a queue whose state is shared outside this process (:mod:`keyqueue.redis`).
+
+    Such a handle cannot count depth by its own events (other processes add and take keys), so:
+
+    * ``depth_source`` (set by the handle) is called at snapshot time, *before* the queue's lock is taken, and
+      returns the shared queue's depth (it may do a network round trip; ``None``: depth 0);
+    * adds are counted by the shell in ``adds_total`` (a one-element list, kept by the provider after the handle
+      is gone, like ``retries``): the provider reports them instead of deriving adds from depth;
+    * :meth:`handed_out` records a ``get`` with the queue duration the shared state measured (``None``: unknown,
+      nothing observed); ``done``/``retry`` and the in-flight gauges are :class:`PullRecorder`'s own.
+
+    The shell calls the event hooks with its lock (``lock``) held, as the core does.
+    """
+
+    __slots__ = ("adds_total", "depth_source")
+
+    def __init__(self, clock: Clock, lock: LockLike | None) -> None:
+        super().__init__(clock, lock)
+        self.adds_total = [0]
+        self.depth_source: Callable[[], int] | None = None
+
+    def handed_out(self, item: Hashable, t_ns: int, waited_ns: int | None) -> None:
+        self._started[item] = t_ns
+        if waited_ns is not None:
+            h = self.queue_hist
+            h[bucket_index(waited_ns)] += 1
+            h[_SUM] += waited_ns
+
+    def abandon(self, item: Hashable) -> None:
+        """Forget ``item``'s processing start without observing a work duration (its lease was lost)."""
+        self._started.pop(item, None)
+
+    def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
+        """As :meth:`PullRecorder.read`, with the shared depth from ``depth_source`` (read first, without the lock)."""
+        source = self.depth_source
+        depth = 0 if source is None else source()
+        retries, queue_hist, work_hist, _, starts, now, by_priority = super().read()
+        return retries, queue_hist, work_hist, depth, starts, now, by_priority
+
+    def adds_beyond(self, queue_count: int, depth: int) -> int:
+        """What the provider adds to (handed out + depth) so that this handle's adds come out as ``adds_total``."""
+        return self.adds_total[0] - queue_count - depth

@@ -22,6 +22,7 @@ from keyqueue.metrics._recorders import (
     HIST_SLOTS,
     LockLike,
     PullRecorder,
+    SharedQueueRecorder,
     in_flight_ns,
     nanos_to_seconds,
 )
@@ -105,9 +106,11 @@ class _Slot:
     a reader that still sees the dict reads the same number from it (a dead queue's dict no longer changes).
     """
 
-    __slots__ = ("added", "pending_at_death", "queue_hist", "ref", "retries", "work_hist")
+    __slots__ = ("added", "adds_total", "pending_at_death", "queue_hist", "ref", "retries", "work_hist")
 
     def __init__(self, recorder: PullRecorder) -> None:
+        # A handle on a shared queue counts its adds itself (see SharedQueueRecorder); None for the others.
+        self.adds_total = recorder.adds_total if isinstance(recorder, SharedQueueRecorder) else None
         self.retries = recorder.retries
         self.queue_hist = recorder.queue_hist
         self.work_hist = recorder.work_hist
@@ -122,7 +125,10 @@ class _Slot:
             self.added = None
 
     def dead_pending(self) -> int:
-        """For a dead recorder: its keys that were added and never handed out."""
+        """For a dead recorder: its keys that were added and never handed out (for a shared queue's handle: its
+        adds beyond those it handed out)."""
+        if self.adds_total is not None:
+            return self.adds_total[0] - sum(self.queue_hist[:-1])
         added = self.added
         return len(added) if added is not None else self.pending_at_death
 
@@ -203,9 +209,12 @@ class SnapshotMetricsProvider:
         self._series_lock = threading.Lock()
         self._series: dict[str, _Series] = {}
 
-    def _recorder(self, name: str, clock: Clock, lock: LockLike | None) -> PullRecorder:
-        """A new recorder for one queue called ``name`` (used by :func:`keyqueue.metrics.recorder_for`)."""
-        recorder = PullRecorder(clock, lock)
+    def _recorder(
+        self, name: str, clock: Clock, lock: LockLike | None, kind: type[PullRecorder] = PullRecorder
+    ) -> PullRecorder:
+        """A new recorder for one queue called ``name`` (used by :func:`keyqueue.metrics.recorder_for`; ``kind``
+        :class:`SharedQueueRecorder` by :mod:`keyqueue.redis`)."""
+        recorder = kind(clock, lock)
         slot = _Slot(recorder)
         with self._series_lock:
             series = self._series.get(name)
@@ -257,6 +266,8 @@ class SnapshotMetricsProvider:
                         totals.add_dead(slot)
                         continue
                     retries, qh, wh, d, starts, now, prio = recorder.read()
+                    if isinstance(recorder, SharedQueueRecorder):
+                        totals.pending += recorder.adds_beyond(sum(qh[:-1]), d)
                     del recorder
                     live += 1
                     if prio is None:

@@ -8,6 +8,8 @@ script (``EVALSHA``, loading it once if Redis does not know it) and feeds the re
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import math
@@ -19,7 +21,8 @@ from importlib import resources
 from typing import Any, Final
 
 from keyqueue._core import AddResult, DecisionCounts, QueueStats, check_delay
-from keyqueue.clock import Clock
+from keyqueue.clock import Clock, RealClock
+from keyqueue.metrics._recorders import SharedQueueRecorder
 from keyqueue.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -44,10 +47,17 @@ _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED,
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
 
 
+@functools.cache
 def script_source(operation: str) -> str:
     """The Lua text sent for ``operation``: the shared library (lib.lua), then the operation's own file."""
     pkg = resources.files("keyqueue.redis") / "lua"
     return (pkg / "lib.lua").read_text() + "\n" + (pkg / f"{operation}.lua").read_text()
+
+
+@functools.cache
+def script_sha(operation: str) -> str:
+    """The SHA1 under which Redis knows ``operation``'s script (what ``EVALSHA`` names)."""
+    return hashlib.sha1(script_source(operation).encode()).hexdigest()
 
 
 def check_name(name: object) -> str:
@@ -99,10 +109,18 @@ def translated(url: str, operation: str) -> Iterator[None]:
 
     try:
         yield
-    except (rx.ConnectionError, rx.TimeoutError) as exc:
-        raise RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}") from exc
     except rx.RedisError as exc:
-        raise RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}") from exc
+        raise translate(url, operation, exc) from exc
+
+
+def translate(url: str, operation: str, exc: Exception) -> RedisQueueError:
+    """The keyqueue error for an error of the ``redis`` package (raise it ``from exc``): :class:`RedisUnavailable`
+    for a connection error or timeout, else :class:`RedisQueueError`; both name ``url`` and ``operation``."""
+    import redis.exceptions as rx
+
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+        return RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}")
+    return RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}")
 
 
 # -- rate limiters ----------------------------------------------------------------------------------------------
@@ -165,12 +183,15 @@ class GetReply:
     wake_in: float | None  # nothing ready: seconds of queue time until a delayed key or a lease is due (None: never)
     waited_us: int | None  # a key: how long it waited since it became dirty (microseconds), if known
     fired: int
+    dirtied: int  # keys this script made dirty (run-out leases reclaimed, delayed keys fired)
 
 
 class HandleState:
     """One handle's bookkeeping, shared by both shells (no I/O): identity, keys, held leases, shutdown, counters.
 
-    ``lock`` guards ``held``/``lost``/``getters``/flags; it is never held across a round trip.
+    ``lock`` guards ``held``/``lost``/``getters``/flags and the metrics recorder; it is never held across a round
+    trip. ``metrics`` (set by the shell, see :mod:`keyqueue.redis._metrics`) is called here, under ``lock``, with
+    times of ``metrics_clock`` (the handle's clock, else the monotonic clock).
     """
 
     def __init__(self, name: str, *, lease: float, clock: Clock | None, stats: bool, url: str) -> None:
@@ -180,7 +201,7 @@ class HandleState:
         self.clock = clock
         self.url = url
         self.holder = uuid.uuid4().hex[:16]
-        prefix = f"kq:{{{name}}}:"
+        self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
         self.keys = [prefix + role for role in _KEY_ROLES]
         self.notify_key = self.keys[5]
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
@@ -192,6 +213,8 @@ class HandleState:
         self.draining = False
         self.counts = DecisionCounts() if stats else None
         self.expired_seen = 0
+        self.metrics: SharedQueueRecorder | None = None
+        self.metrics_clock: Clock = clock if clock is not None else RealClock()
 
     # -- arguments (each starts with the queue time, "" = Redis TIME) ---------------------------------------
 
@@ -209,7 +232,9 @@ class HandleState:
         return [self.now_arg(), check_key(key), tree.json, "1" if record_only else ""]
 
     def get_args(self) -> list[str]:
-        return [self.now_arg(), str(self.lease_us), self.holder]
+        if self.metrics is None:
+            return [self.now_arg(), str(self.lease_us), self.holder]
+        return [self.now_arg(), str(self.lease_us), self.holder, "1"]  # and tell me how long the key waited
 
     # -- outcomes ---------------------------------------------------------------------------------------------
 
@@ -218,17 +243,40 @@ class HandleState:
             self.counts.add(AddResult.DROPPED)
         return AddResult.DROPPED
 
-    def on_add(self, reply: Any) -> AddResult:
+    def on_add(self, reply: Any, *, retry: bool = False) -> AddResult:
+        """An add's outcome; ``retry``: it was an accepted ``add_after``/``add_rate_limited`` (workqueue_retries)."""
         outcome = _RESULTS[int(reply)]
-        if self.counts is not None:
+        if self.counts is not None or self.metrics is not None:
             with self.lock:
-                self.counts.add(outcome)
+                if self.counts is not None:
+                    self.counts.add(outcome)
+                m = self.metrics
+                if m is not None:
+                    if outcome is AddResult.QUEUED or outcome is AddResult.MARKED:
+                        m.adds_total[0] += 1  # it made the key dirty
+                    if retry:
+                        m.retry()
         return outcome
 
+    def on_len(self, reply: Any) -> tuple[int, int]:
+        """The len script's reply: (fifo length, dirty keys); counts the keys it made dirty as this handle's adds."""
+        dirtied = int(reply[2])
+        if dirtied and self.metrics is not None:
+            with self.lock:
+                self.metrics.adds_total[0] += dirtied
+        return int(reply[0]), int(reply[1])
+
     def on_get(self, reply: Any) -> GetReply:
-        status = int(reply[0])
-        fired = int(reply[4])
-        expired = [_text(k) for k in reply[5]]
+        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua)."""
+        if isinstance(reply, list):
+            text, expired = _text(reply[0]), [_text(k) for k in reply[1]]
+        else:
+            text, expired = _text(reply), []
+        if text[0] == "1":
+            _, fired_s, dirtied_s, waited, lease, key = text.split(" ", 5)
+        else:
+            _, fired_s, dirtied_s, wake, now = text.split(" ")
+        fired, dirtied = int(fired_s), int(dirtied_s)
         if expired:
             log.warning("Redis queue %r: the lease of %d key(s) ran out; handed out again: %s",
                         self.name, len(expired), ", ".join(repr(k) for k in expired[:10]))
@@ -237,23 +285,25 @@ class HandleState:
             if self.counts is not None:
                 self.counts.fired += fired
                 self.counts.adds += fired
-        if status == 1:
-            key = _text(reply[1])
-            lease = _text(reply[2])
-            waited = _text(reply[3])
+            if self.metrics is not None:
+                self.metrics.adds_total[0] += dirtied
+        if text[0] == "1":
+            waited_us = None if waited == "-" else int(waited)
             with self.lock:
                 self.held[key] = lease
                 if self.counts is not None:
                     self.counts.gets += 1
-            return GetReply(key, None, int(waited) if waited else None, fired)
-        wake = _text(reply[1])
+                if self.metrics is not None:
+                    self.metrics.handed_out(key, self.metrics_clock.now_ns(),
+                                            None if waited_us is None else waited_us * 1000)
+            return GetReply(key, None, waited_us, fired, dirtied)
         wake_in = None
-        if wake and wake != "inf":
+        if wake != "-" and wake != "inf":
             if self.clock is None:  # Redis time: the server said what time it is
-                wake_in = max(0.0, (float(wake) - float(_text(reply[2]))) / 1e6)
+                wake_in = max(0.0, (float(wake) - float(now)) / 1e6)
             else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
                 wake_in = self.clock.real_wait(int(wake) * 1000)
-        return GetReply(None, wake_in, None, fired)
+        return GetReply(None, wake_in, None, fired, dirtied)
 
     def begin_done(self, key: object) -> str | None:
         """Take the lease of ``key`` out of ``held`` for a done() (None: this handle does not hold it)."""
@@ -271,6 +321,11 @@ class HandleState:
             self.lost.discard((key, lease))
             if self.counts is not None and code >= 0:
                 self.counts.done(True, code == 1)
+            if self.metrics is not None:
+                if code >= 0:
+                    self.metrics.done(key, self.metrics_clock.now_ns())
+                else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
+                    self.metrics.abandon(key)
         if code < 0:
             raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
         return code == 1

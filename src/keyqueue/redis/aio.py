@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
 
+from redis.exceptions import NoScriptError, RedisError
+
 from keyqueue._core import AddResult, QueueStats, check_timeout
 from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
 from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.redis._metrics import detach, recorder_for_redis
 from keyqueue.redis._protocol import (
     OPERATIONS,
     HandleState,
@@ -30,11 +34,14 @@ from keyqueue.redis._protocol import (
     describe_url,
     limiter_tree,
     log,
+    script_sha,
+    script_source,
     socket_timeout_of,
+    translate,
     translated,
 )
 from keyqueue.redis.errors import RedisQueueError
-from keyqueue.redis.threaded import _source, client_for
+from keyqueue.redis.threaded import client_for
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
@@ -57,7 +64,11 @@ class Queue:
     """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
     ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
     ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
-    ``async for key in q`` call ``done`` on every exit."""
+    ``async for key in q`` call ``done`` on every exit.
+
+    Metrics (``metrics_provider=``) as in the threaded shell. A scrape runs in the scraping thread, outside the event
+    loop, so this handle reads the shared depth there through a small synchronous ``redis.Redis`` to the same server
+    (same host, port, db, credentials and timeouts), built at the first scrape and closed by :meth:`aclose`."""
 
     def __init__(
         self,
@@ -72,9 +83,6 @@ class Queue:
     ) -> None:
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
-        if metrics_provider is not None:
-            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
-                                      "metrics_provider (the process-wide provider is not used either)")
         if client is None:
             client, shown = client_for(url, asyncio=True)
             self._owns_client = True
@@ -87,20 +95,31 @@ class Queue:
         self.url = shown
         self.clock = clock
         self.lease_seconds = state.lease
-        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._evalsha = client.evalsha
+        self._sha = {op: script_sha(op) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.Task[None] | None = None
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
-        self._metrics: Any = None
+        self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
+        self._scrape_lock = threading.Lock()
+        state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
+                                           lock=state.lock, read_depth=self._depth)
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str]) -> Any:
-        with translated(self.url, op):
-            return await self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
+        try:
+            try:
+                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+            except NoScriptError:
+                await self._client.script_load(script_source(op))
+                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
 
     @property
     def _getters(self) -> int:
@@ -206,7 +225,7 @@ class Queue:
             reply: Any = -1
         else:
             try:
-                reply = await self._call("done", [state.now_arg(), key, lease])
+                reply = await self._call("done", [key, lease])
             except BaseException:
                 state.abort_done(key, lease)
                 raise
@@ -241,7 +260,19 @@ class Queue:
 
     async def len(self) -> int:
         """As ``len()`` of :class:`keyqueue.redis.Queue` (a coroutine: it is a round trip)."""
-        return int(await self._call("len", [self._state.now_arg()]))
+        return self._state.on_len(await self._call("len", [self._state.now_arg()]))[0]
+
+    def _depth(self) -> int:
+        # The metrics scrape's read of the shared depth, from the scraping thread: one round trip on a synchronous
+        # client to the same server (an asyncio client cannot be used outside its loop).
+        with self._scrape_lock:
+            if self._scrape_client is None:
+                client = scrape_client(self._client)
+                self._scrape_client = (client, client.register_script(script_source("len")))
+            client, script = self._scrape_client
+        with translated(self.url, "len (metrics scrape)"):
+            reply = script(keys=[self._state.prefix], args=[self._state.now_arg()], client=client)
+        return self._state.on_len(reply)[1]
 
     async def inspect(self) -> dict[str, int]:
         """As :meth:`keyqueue.redis.Queue.inspect`."""
@@ -321,6 +352,11 @@ class Queue:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+        detach(self._state.metrics)
+        with self._scrape_lock:
+            scrape, self._scrape_client = self._scrape_client, None
+        if scrape is not None:
+            scrape[0].close()
         if self._owns_client:
             await self._client.aclose()
 
@@ -375,6 +411,24 @@ class KeyIterator:
                     _log_failure))
 
 
+_SCRAPE_KWARGS = ("host", "port", "db", "username", "password", "socket_timeout", "socket_connect_timeout", "path")
+
+
+def scrape_client(client: Any) -> Any:
+    """A synchronous ``redis.Redis`` to the server of an asyncio ``client`` (same address, db, credentials and
+    timeouts), for metrics scrapes. It does not retry: the next scrape is the retry."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    kwargs = dict(getattr(client.connection_pool, "connection_kwargs", {}) or {})
+    picked = {k: kwargs[k] for k in _SCRAPE_KWARGS if k in kwargs}
+    path = picked.pop("path", None)
+    if path is not None:
+        picked["unix_socket_path"] = path
+    return redis.Redis(decode_responses=True, retry=Retry(NoBackoff(), 0), **picked)
+
+
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("Redis queue: could not wake getters: %s", task.exception())
@@ -388,7 +442,7 @@ class DelayingQueue(Queue):
         args = state.add_after_args(key, delay)
         if state.shutting_down:
             return state.dropped()
-        return state.on_add(await self._call("add_after", args))
+        return state.on_add(await self._call("add_after", args), retry=True)
 
 
 class RateLimitingQueue(DelayingQueue):
@@ -417,7 +471,7 @@ class RateLimitingQueue(DelayingQueue):
         reply = await self._call("add_rate_limited", state.rate_args(key, self._tree, record_only=shut))
         if shut:
             return state.dropped()
-        return state.on_add(reply[0])
+        return state.on_add(reply[0], retry=True)
 
     async def forget(self, key: str) -> None:
         state = self._state

@@ -18,10 +18,13 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self
 
+from redis.exceptions import NoScriptError, RedisError
+
 from keyqueue._core import AddResult, QueueSnapshot, QueueStats, check_timeout
 from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
 from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
+from keyqueue.redis._metrics import detach, recorder_for_redis
 from keyqueue.redis._protocol import (
     DEFAULT_SOCKET_TIMEOUT,
     OPERATIONS,
@@ -30,23 +33,15 @@ from keyqueue.redis._protocol import (
     describe_url,
     limiter_tree,
     log,
+    script_sha,
     script_source,
     socket_timeout_of,
+    translate,
     translated,
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
-
-_SCRIPT_CACHE: dict[str, str] = {}
-
-
-def _source(op: str) -> str:
-    text = _SCRIPT_CACHE.get(op)
-    if text is None:
-        text = _SCRIPT_CACHE[op] = script_source(op)
-    return text
-
 
 def client_for(url: str | None, *, asyncio: bool) -> tuple[Any, str]:
     """A client for ``url`` (default ``$KEYQUEUE_REDIS_URL``) with the default socket timeouts, and the URL."""
@@ -102,8 +97,16 @@ class Queue:
     :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
     :class:`~keyqueue.redis.RedisQueueError`; neither changes anything. Keys are ``str`` (``TypeError`` otherwise).
     ``clock``: for tests, a :class:`~keyqueue.FakeClock` replaces Redis's own clock (``TIME``) for this handle's
-    scripts; every handle of a queue must then use the same clock. ``metrics_provider``: not supported yet
-    (``NotImplementedError`` if given; no metrics are emitted); ``inspect()`` reads the shared numbers.
+    scripts; every handle of a queue must then use the same clock.
+
+    ``metrics_provider``: a :class:`~keyqueue.metrics.SnapshotMetricsProvider` or
+    :class:`~keyqueue.metrics.PrometheusMetricsProvider` (default: the process-wide provider if it is one of those;
+    a plain push ``MetricsProvider`` passed here raises ``TypeError``). The ``workqueue_*`` series carry label
+    ``name``. Counters and histograms (adds, retries, queue and work duration) count what **this handle** did —
+    per process, as Prometheus expects; sum over replicas in PromQL — while ``workqueue_depth`` is the **shared**
+    queue's dirty keys, read from Redis at each scrape in one round trip (firing due delayed keys first, as a
+    ``get`` would; a failed read logs and reports the last value). Unfinished work and longest running come from
+    the keys this handle holds. Handles of one queue on one provider report the depth once.
     """
 
     def __init__(
@@ -119,9 +122,6 @@ class Queue:
     ) -> None:
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
-        if metrics_provider is not None:
-            raise NotImplementedError("keyqueue.redis queues do not emit workqueue_* metrics yet; pass no "
-                                      "metrics_provider (the process-wide provider is not used either)")
         if client is None:
             client, shown = client_for(url, asyncio=False)
             self._owns_client = True
@@ -134,20 +134,30 @@ class Queue:
         self.url = shown
         self.clock = clock
         self.lease_seconds = state.lease
-        self._scripts = {op: client.register_script(_source(op)) for op in OPERATIONS}
+        self._evalsha = client.evalsha
+        self._sha = {op: script_sha(op) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._idle = threading.Condition(state.lock)  # shut_down_with_drain() waits here for held keys to finish
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        self._metrics: Any = None
+        state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
+                                           lock=state.lock, read_depth=self._depth)
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        with translated(self.url, op):
-            return self._scripts[op](keys=self._state.keys, args=args, client=self._client)
+        # EVALSHA with one KEYS entry (the queue's prefix, see lib.lua); the script is loaded when Redis does not
+        # know it (first use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        try:
+            try:
+                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+            except NoScriptError:
+                self._client.script_load(script_source(op))
+                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
 
     @property
     def _getters(self) -> int:
@@ -220,8 +230,6 @@ class Queue:
                 raise ShutDown
             reply = state.on_get(self._call("get", state.get_args()))
             if reply.key is not None:
-                if self._metrics is not None:
-                    self._metrics.got(reply.key, reply.waited_us)
                 self._ensure_heartbeat()
                 return reply.key
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -259,15 +267,13 @@ class Queue:
             reply: Any = -1
         else:
             try:
-                reply = self._call("done", [state.now_arg(), key, lease])
+                reply = self._call("done", [key, lease])
             except RedisQueueError:
                 state.abort_done(key, lease)
                 raise
         try:
             requeued = state.end_done(key, lease, reply)
         finally:
-            if self._metrics is not None:
-                self._metrics.finished(key)
             with state.lock:
                 if not state.held:
                     self._idle.notify_all()
@@ -305,7 +311,11 @@ class Queue:
     def __len__(self) -> int:
         """Keys waiting in Redis to be handed out (after firing due delayed keys and reclaiming run-out leases),
         over all handles. One round trip. Informational."""
-        return int(self._call("len", [self._state.now_arg()]))
+        return self._state.on_len(self._call("len", [self._state.now_arg()]))[0]
+
+    def _depth(self) -> int:
+        # The metrics scrape's read of the shared depth (dirty keys), one round trip.
+        return self._state.on_len(self._call("len", [self._state.now_arg()]))[1]
 
     def inspect(self) -> dict[str, int]:
         """The queue's shared state in one read: ``dirty`` (client-go's depth), ``queued``, ``processing``,
@@ -385,6 +395,7 @@ class Queue:
         passed in stays open). Held keys' leases are no longer renewed. Idempotent."""
         self.shut_down()
         self._stop.set()
+        detach(self._state.metrics)
         if self._owns_client:
             self._client.close()
 
@@ -414,9 +425,7 @@ class DelayingQueue(Queue):
         args = state.add_after_args(key, delay)
         if state.shutting_down:
             return state.dropped()
-        if self._metrics is not None:
-            self._metrics.retry()
-        return state.on_add(self._call("add_after", args))
+        return state.on_add(self._call("add_after", args), retry=True)
 
 
 class RateLimitingQueue(DelayingQueue):
@@ -453,9 +462,7 @@ class RateLimitingQueue(DelayingQueue):
         reply = self._call("add_rate_limited", state.rate_args(key, self._tree, record_only=shut))
         if shut:
             return state.dropped()
-        if self._metrics is not None:
-            self._metrics.retry()
-        return state.on_add(reply[0])
+        return state.on_add(reply[0], retry=True)
 
     def forget(self, key: str) -> None:
         """Clear the shared failure counts of ``key`` (its backoff starts over); the queue is untouched."""

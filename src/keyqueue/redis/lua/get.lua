@@ -3,18 +3,37 @@
 -- Invariant kept: a key is handed out only from the fifo, so never while it is in proc: one holder per key while
 -- leases are honoured. The new lease's token is larger than every earlier one (seq), and the previous holder's
 -- lease entry is gone, so its done() cannot touch this lease.
--- ARGV: 1 now, 2 lease length in microseconds, 3 holder id.
--- Returns {1, key, "token|holder", "", fired, expired keys}
---      or {0, next wake-up time in microseconds or "", now, "", fired, expired keys}.
+-- ARGV: 1 now, 2 lease length in microseconds, 3 holder id, 4 "1" if the caller records metrics (only then is the
+-- time the key became dirty read, for waited).
+-- Returns one string (a flat reply: a client parses one bulk string much faster than an array of seven):
+--   "1 <fired> <dirtied> <waited> <token|holder> <key>"   a key was handed out (the key last: it may hold spaces)
+--   "0 <fired> <dirtied> <wake> <now>"                    nothing ready
+-- where fired is the number of due delayed keys moved, dirtied how many keys became dirty in this script
+-- (reclaimed or fired), waited how long the key was dirty before this get (microseconds; workqueue_queue_duration;
+-- "-" if unknown), wake the next wake-up time in microseconds ("-": none). When leases ran out and were reclaimed,
+-- the reply is {that string, the reclaimed keys} instead.
 local now = now_us()
-local expired = expire(now)
-local fired = promote(now)
+local expired, reclaimed = expire(now)
+local fired, promoted = promote(now)
+local head = fired .. ' ' .. (reclaimed + promoted) .. ' '
+local reply
 local key = redis.call('LPOP', FIFO)
 if not key then
-  return {0, next_wake(), int(now), '', fired, expired}
+  local wake = next_wake()
+  if wake == '' then wake = '-' end
+  reply = '0 ' .. head .. wake .. ' ' .. int(now)
+else
+  local since = false
+  if ARGV[4] == '1' then since = redis.call('ZSCORE', DIRTY, key) end
+  redis.call('ZREM', DIRTY, key)
+  local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
+  redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)
+  redis.call('HSET', LEASE, key, lease)
+  local waited = '-'
+  if since then waited = int(math.max(0, now - tonumber(since))) end
+  reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
-redis.call('SREM', DIRTY, key)
-local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
-redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)
-redis.call('HSET', LEASE, key, lease)
-return {1, key, lease, '', fired, expired}
+if #expired > 0 then
+  return {reply, expired}
+end
+return reply

@@ -1,7 +1,8 @@
--- len(): keys waiting in the fifo, after reclaiming run-out leases and firing due delayed keys (as get does).
+-- len(): keys waiting in the fifo, after reclaiming run-out leases and firing due delayed keys (as get does), and
+-- the dirty keys (client-go's depth; a metrics scrape reads it here).
 -- Invariant kept: the same as get's reclaim and promote steps; nothing is handed out.
--- ARGV: 1 now.  Returns the fifo length.
+-- ARGV: 1 now.  Returns {fifo length, dirty keys, keys that became dirty in this script}.
 local now = now_us()
-expire(now)
-promote(now)
-return redis.call('LLEN', FIFO)
+local _, reclaimed = expire(now)
+local _, promoted = promote(now)
+return {redis.call('LLEN', FIFO), redis.call('ZCARD', DIRTY), reclaimed + promoted}

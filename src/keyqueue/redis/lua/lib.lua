@@ -1,21 +1,28 @@
 -- keyqueue Redis library: prepended to every operation script (one EVALSHA each), never run on its own.
 --
 -- One queue is the keys under one hash tag, so every script can touch all of them on Redis Cluster too.
--- KEYS (every script gets all of them, in this order):
---   1 fifo     list    keys waiting to be handed out, head first; each is in dirty and not in proc, once
---   2 dirty    set     keys that need processing: the waiting ones and the ones re-added while being processed
---   3 proc     zset    keys handed out and not finished -> lease deadline (microseconds of queue time)
---   4 lease    hash    key -> "token|holder" of its current lease (present exactly when the key is in proc)
---   5 delay    zset    delayed keys -> ready time (microseconds); one entry per key, the earliest
---   6 notify   list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
---   7 fail     hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
---   8 bucket   hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
---   9 seq      string  the fencing-token counter (INCR): every lease gets a larger token than all before it
---  10 counters hash    expired (leases that ran out and were handed out again), redelivered
--- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME): the server's clock
--- decides leases, delays and the bucket, whatever the clients' clocks say.
-local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local FAIL, BUCKET, SEQ, COUNTERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+-- KEYS[1] is the queue's key prefix "kq:{name}:" (not a key itself): it routes the call to the hash slot of {name}
+-- on Redis Cluster, and the scripts name the queue's keys from it (prefix .. role), all in that one slot. Passing
+-- one KEYS entry instead of ten keeps every call's request short (see the README's round-trip notes).
+-- The keys, "kq:{name}:" .. role:
+--   fifo       list    keys waiting to be handed out, head first; each is in dirty and not in proc, once
+--   dirty      zset    keys that need processing (the waiting ones and the ones re-added while being processed) ->
+--                      the time (microseconds of queue time) each became dirty: workqueue_queue_duration starts there
+--   proc       zset    keys handed out and not finished -> lease deadline (microseconds of queue time)
+--   lease      hash    key -> "token|holder" of its current lease (present exactly when the key is in proc)
+--   delay      zset    delayed keys -> ready time (microseconds); one entry per key, the earliest
+--   notify     list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
+--   fail       hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
+--   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
+--   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
+--   counters   hash    expired (leases that ran out and were handed out again), redelivered
+-- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
+-- done (which reads no clock): the server's clock decides leases, delays and the bucket, whatever the clients'
+-- clocks say.
+local P = KEYS[1]
+local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = P .. 'fifo', P .. 'dirty', P .. 'proc', P .. 'lease', P .. 'delay',
+  P .. 'notify'
+local FAIL, BUCKET, SEQ, COUNTERS = P .. 'fail', P .. 'bucket', P .. 'seq', P .. 'counters'
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
@@ -47,19 +54,24 @@ local function notify()
   end
 end
 
--- The add of the state machine. 1 = DEDUP (already dirty), 2 = MARKED (being processed: done() queues it once
--- more), 3 = QUEUED (joined the fifo tail).
-local function add_now(key, now)
-  if redis.call('SISMEMBER', DIRTY, key) == 1 then
-    return 1
-  end
-  redis.call('SADD', DIRTY, key)
+-- The add of the state machine for a key that is not dirty: 2 = MARKED (being processed: done() queues it once
+-- more), 3 = QUEUED (joined the fifo tail). ``now`` is when it became dirty.
+local function add_clean(key, now)
+  redis.call('ZADD', DIRTY, int(now), key)
   if redis.call('ZSCORE', PROC, key) then
     return 2
   end
   redis.call('RPUSH', FIFO, key)
   notify()
   return 3
+end
+
+-- The add of the state machine. 1 = DEDUP (already dirty), else add_clean's result.
+local function add_now(key, now)
+  if redis.call('ZSCORE', DIRTY, key) then
+    return 1
+  end
+  return add_clean(key, now)
 end
 
 -- Seconds -> microseconds of delay, as the in-process queue turns seconds into nanoseconds: at least one unit,
@@ -89,29 +101,36 @@ end
 
 -- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
 -- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+-- Returns the keys, and how many of them became dirty here (were not re-added meanwhile): metrics count those as
+-- adds of the handle whose script ran this.
 local function expire(now)
   local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', int(now), 'LIMIT', 0, BATCH)
+  local dirtied = 0
   for _, key in ipairs(gone) do
     redis.call('ZREM', PROC, key)
     redis.call('HDEL', LEASE, key)
-    redis.call('SADD', DIRTY, key)
+    dirtied = dirtied + redis.call('ZADD', DIRTY, 'NX', int(now), key)
     redis.call('RPUSH', FIFO, key)
     notify()
   end
   if #gone > 0 then
     redis.call('HINCRBY', COUNTERS, 'expired', #gone)
   end
-  return gone
+  return gone, dirtied
 end
 
--- Delayed keys that are due, earliest first, go through add_now. Returns how many fired.
+-- Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
+-- starts when it fell due, as in client-go). Returns how many fired, and how many of them made their key dirty
+-- (the others found it dirty already).
 local function promote(now)
-  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', int(now), 'LIMIT', 0, BATCH)
-  for _, key in ipairs(due) do
+  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, BATCH)
+  local dirtied = 0
+  for i = 1, #due, 2 do
+    local key = due[i]
     redis.call('ZREM', DELAY, key)
-    add_now(key, now)
+    if add_now(key, tonumber(due[i + 1])) ~= 1 then dirtied = dirtied + 1 end
   end
-  return #due
+  return #due / 2, dirtied
 end
 
 -- The earliest time something changes by itself (a delayed key falls due, a lease runs out), or "" for never.
