@@ -23,6 +23,7 @@ from .objects import GROUP_VERSIONS, ResourceType
 
 __all__ = [
     "GIT_VERSION",
+    "KUBERNETES_VERSION",
     "api_group",
     "api_group_list",
     "api_resource_list",
@@ -33,15 +34,22 @@ __all__ = [
     "version_info",
 ]
 
-GIT_VERSION: Final = "v1.32.0-keyqueue"
+#: The Kubernetes release whose API this server implements: the schemas and behaviours follow the 1.37 types (the
+#: ones the official Python client 37.x is generated from: Lease ``strategy``/``preferredHolder``,
+#: ``sendInitialEvents``, ``events.k8s.io/v1``, ...) and the tests run kubectl 1.37 against it.  kubectl warns about
+#: version skew beyond one minor version, so this is what ``/version`` reports.
+KUBERNETES_VERSION: Final = (1, 37)
+#: ``gitVersion`` of ``/version``: the release, with ``+keyqueue`` build metadata (as distributions such as k3s do).
+GIT_VERSION: Final = f"v{KUBERNETES_VERSION[0]}.{KUBERNETES_VERSION[1]}.0+keyqueue"
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 _CORE = "io.k8s.api.core.v1."
 
 
 def version_info() -> dict[str, Any]:
+    """The ``version.Info`` of ``/version``: :data:`KUBERNETES_VERSION`."""
     return {
-        "major": "1",
-        "minor": "32",
+        "major": str(KUBERNETES_VERSION[0]),
+        "minor": str(KUBERNETES_VERSION[1]),
         "gitVersion": GIT_VERSION,
         "gitCommit": "",
         "gitTreeState": "clean",
