@@ -230,6 +230,11 @@ def test_tls_and_bearer_token(tmp_path: Path) -> None:
             assert "namespace/default" in k.run("get", "ns", "-o", "name").stdout
             k.run("create", "configmap", "secure", "--from-literal=a=1")
             assert k.run("get", "cm", "secure", "-o", "jsonpath={.data.a}").stdout == "1"
+            # the user is the token's (kubectl sends a token only over TLS)
+            assert k.run("auth", "whoami").stdout.split() == [
+                "ATTRIBUTE", "VALUE", "Username", "keyqueue-admin", "Groups",
+                "[system:masters", "system:authenticated]"]
+            assert k.run("auth", "can-i", "get", "configmaps").stdout.strip() == "yes"
 
 
 def test_api_client_helpers_are_typed_enough() -> None:

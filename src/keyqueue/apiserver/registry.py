@@ -41,7 +41,19 @@ from typing import Any, Final
 
 from . import errors
 from .errors import APIError
-from .objects import NAMESPACED, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
+from .objects import (
+    NAMESPACED,
+    NAMESPACES,
+    ResourceType,
+    canonical,
+    decode_typed,
+    field_value,
+    format_time,
+    from_stored,
+    stored_type,
+    to_stored,
+    validate,
+)
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -97,10 +109,7 @@ class Matcher:
             return False
         if not self.fields.terms:
             return True
-        values = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "")}
-        if self.rt is NAMESPACES:
-            values["status.phase"] = (obj.get("status") or {}).get("phase", "")
-        return self.fields.matches(values)
+        return self.fields.matches({f: field_value(self.rt, obj, f) for f, _op, _value in self.fields.terms})
 
 
 MAX_RESOURCE_VERSION: Final = 2**63 - 2  # etcd revisions are int64, and a watch starts at resourceVersion + 1
@@ -197,14 +206,18 @@ class Registry:
         return f"{self.prefix}/{rt.name}/"
 
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
-        """The stored form: canonical JSON without ``resourceVersion`` and ``selfLink``."""
+        """The stored form: canonical JSON of the stored type (:func:`~.objects.stored_type`) without
+        ``resourceVersion`` and ``selfLink``."""
         meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "selfLink")}
-        return json.dumps(canonical(rt, {**obj, "metadata": meta}), separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        stored = canonical(stored_type(rt), to_stored(rt, {**obj, "metadata": meta}))
+        return json.dumps(stored, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def decode(self, kv: KeyValue, rv: int | None = None) -> dict[str, Any]:
-        """The API form of a stored value, with ``resourceVersion`` = ``rv`` or its ``mod_revision``."""
+    def decode(self, kv: KeyValue, rv: int | None = None, rt: ResourceType | None = None) -> dict[str, Any]:
+        """The API form of a stored value as ``rt`` serves it (as stored if ``None``), with ``resourceVersion`` =
+        ``rv`` or its ``mod_revision``."""
         obj: dict[str, Any] = json.loads(kv.value)
+        if rt is not None:
+            obj = from_stored(rt, obj)
         return _with_rv(obj, rv if rv is not None else kv.mod_revision)
 
     # ------------------------------------------------------------------ setup
@@ -231,7 +244,7 @@ class Registry:
             self._recent.forget(key)
             raise errors.not_found(rt.qualified_name, name)
         self._recent.put(kv)
-        return self.decode(kv)
+        return self.decode(kv, rt=rt)
 
     def matcher(self, rt: ResourceType, label_selector: str | None, field_selector: str | None) -> Matcher:
         """Parse ``labelSelector`` and ``fieldSelector`` (400 if malformed or on an unsupported field)."""
@@ -296,7 +309,7 @@ class Registry:
         for i, kv in enumerate(kvs):
             if kv.key < start_key:
                 continue
-            obj = self.decode(kv)
+            obj = self.decode(kv, rt=rt)
             if not matcher.matches(obj):
                 continue
             if limit > 0 and len(items) == limit:
@@ -413,7 +426,7 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv)
+                return self.decode(result.kv, rt=rt)
             if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
                 guard = self._namespace_guard(rt, namespace, meta["name"])
                 continue
@@ -462,7 +475,7 @@ class Registry:
             if kv is None:
                 self._recent.forget(key)
                 raise errors.not_found(rt.qualified_name, name)
-            current = self.decode(kv)
+            current = self.decode(kv, rt=rt)
             try:
                 new = mutate(copy.deepcopy(current))
             except APIError:
@@ -484,7 +497,7 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv)
+                return self.decode(result.kv, rt=rt)
             kv = result.kv
             confirmed = True
 
@@ -554,7 +567,7 @@ class Registry:
         while True:
             if kv is None:
                 raise errors.not_found(rt.qualified_name, name)
-            current = self.decode(kv)
+            current = self.decode(kv, rt=rt)
             meta = current["metadata"]
             for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
                 want = (preconditions or {}).get(field_name)
@@ -659,7 +672,7 @@ class Registry:
         if resource_version in ("", "0") or send_initial_events:
             kvs, rev = self._backend_call(self.backend.range, prefix, 0)
             for kv in kvs:
-                obj = self.decode(kv)
+                obj = self.decode(kv, rt=rt)
                 if matcher.matches(obj):
                     initial.append({"type": "ADDED", "object": obj})
             if send_initial_events:
@@ -762,13 +775,13 @@ class ObjectWatch:
         for ev in batch:
             rev = ev.kv.mod_revision
             self.last_rv = max(self.last_rv, rev)
-            old = reg.decode(ev.prev, rev) if ev.prev is not None else None
+            old = reg.decode(ev.prev, rev, self.rt) if ev.prev is not None else None
             old_match = old is not None and self._matcher.matches(old)
             if ev.type == "DELETE":
                 if old is not None and old_match:
                     out.append({"type": "DELETED", "object": old})
                 continue
-            new = reg.decode(ev.kv)
+            new = reg.decode(ev.kv, rt=self.rt)
             new_match = self._matcher.matches(new)
             if ev.kv.create_revision == rev:
                 if new_match:
