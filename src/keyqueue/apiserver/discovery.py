@@ -155,7 +155,7 @@ def _from_spec(spec: Any) -> dict[str, Any]:
                  for k, v in spec.items()}
         return {"type": "object", "properties": props}
     return {"string": _STR, "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
-            "microtime": _ref(_META + "MicroTime"), "any": {"type": "object"}}[spec]
+            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"}}[spec]
 
 
 def _schemas() -> dict[str, Any]:

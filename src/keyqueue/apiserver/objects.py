@@ -48,6 +48,7 @@ __all__ = [
     "field_value",
     "format_time",
     "from_stored",
+    "normalize_time",
     "parse_time",
     "resource_for",
     "schema_of",
@@ -164,7 +165,8 @@ def resource_for(group_version: str, name: str) -> ResourceType | None:
 # A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
 # dict of fields (in the Go struct's order, which is also the JSON output order).
 # ("ptr", spec) is a Go pointer field: an empty value ("", 0) is kept, not
-# dropped by ``omitempty``.  "microtime" is a ``metav1.MicroTime`` string.
+# dropped by ``omitempty``.  "microtime" is a ``metav1.MicroTime`` string, "time" a ``metav1.Time`` one (both
+# written back in kube's canonical UTC form).
 _Spec = Any
 
 _OWNER_REFERENCE: Final[dict[str, _Spec]] = {
@@ -215,8 +217,8 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
         "reason": "string",
         "message": "string",
         "source": _EVENT_SOURCE,
-        "firstTimestamp": "microtime",
-        "lastTimestamp": "microtime",
+        "firstTimestamp": "time",
+        "lastTimestamp": "time",
         "count": "integer",
         "type": "string",
         "eventTime": "microtime",
@@ -241,8 +243,8 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
         "note": "string",
         "type": "string",
         "deprecatedSource": _EVENT_SOURCE,
-        "deprecatedFirstTimestamp": "microtime",
-        "deprecatedLastTimestamp": "microtime",
+        "deprecatedFirstTimestamp": "time",
+        "deprecatedLastTimestamp": "time",
         "deprecatedCount": "integer",
     },
     "selfsubjectaccessreviews.authorization.k8s.io": {
@@ -334,15 +336,17 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
         if not isinstance(value, str):
             raise _type_error(rt, path, value, "string")
         return value
-    if spec == "microtime":
+    if spec in ("microtime", "time"):
         if not isinstance(value, str):
             raise _type_error(rt, path, value, "string")
-        if parse_time(value) is None:
+        canonical_time = normalize_time(value, spec == "microtime")
+        if canonical_time is None:
+            layout = "2006-01-02T15:04:05.000000Z07:00" if spec == "microtime" else "2006-01-02T15:04:05Z07:00"
             raise bad_request(
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: parsing time "{value}" '
-                f'as "2006-01-02T15:04:05.000000Z07:00": cannot parse it ({path})'
+                f'as "{layout}": cannot parse it ({path})'
             )
-        return value
+        return canonical_time
     if spec == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(rt, path, value, "int64")
@@ -689,6 +693,22 @@ def format_time(ts: float) -> str:
 
 
 _RFC3339: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+
+
+def normalize_time(value: str, micro: bool) -> str | None:
+    """An RFC 3339 time as kube writes it back: UTC, ``Z``, with six fraction digits for a ``MicroTime``
+    (``micro``) and none for a ``Time``; ``None`` if malformed."""
+    if not _RFC3339.fullmatch(value):
+        return None
+    match = re.search(r"\.(\d+)", value)
+    head = value[: match.start()] + value[match.end():] if match else value
+    try:
+        parsed = datetime.fromisoformat(head.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+    if not micro:
+        return parsed.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.") + (match.group(1)[:6] if match else "").ljust(6, "0") + "Z"
 
 
 def parse_time(value: str) -> float | None:
