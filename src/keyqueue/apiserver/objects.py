@@ -187,7 +187,7 @@ _OBJECT_META: Final[dict[str, _Spec]] = {
     "generation": "integer",
     "creationTimestamp": "string",
     "deletionTimestamp": "string",
-    "deletionGracePeriodSeconds": "integer",
+    "deletionGracePeriodSeconds": ("ptr", "integer"),
     "labels": ("map", "string"),
     "annotations": ("map", "string"),
     "ownerReferences": ("list", _OWNER_REFERENCE),

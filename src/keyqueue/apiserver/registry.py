@@ -131,6 +131,12 @@ def _phase(kv: KeyValue) -> str:
         return ""
 
 
+def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
+    """True for an object (not a namespace) being deleted whose finalizers are all gone."""
+    meta = obj.get("metadata") or {}
+    return rt is not NAMESPACES and bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
     """Put ``metadata.resourceVersion`` in its canonical place (after ``uid``)."""
     meta = obj.get("metadata") or {}
@@ -493,6 +499,16 @@ class Registry:
                 return current  # no-op: nothing written, resourceVersion unchanged
             if opts.dry_run:
                 return _with_rv(new, kv.mod_revision)
+            if _finalized(rt, new):  # the last finalizer of an object being deleted is gone: delete it
+                result = self._backend_call(self.backend.delete, key, kv.mod_revision)
+                if result.succeeded:
+                    self._recent.forget(key)
+                    if namespace is not None:
+                        self._finish_namespace(namespace)
+                    return _with_rv(new, kv.mod_revision)
+                kv = result.kv
+                confirmed = True
+                continue
             result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
             if result.succeeded:
                 assert result.kv is not None
@@ -517,6 +533,14 @@ class Registry:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
         _validate_update(rt, new, current)
+        if current["metadata"].get("deletionTimestamp"):
+            had = set(current["metadata"].get("finalizers") or ())
+            added = [f for f in new["metadata"].get("finalizers") or () if f not in had]
+            if added:
+                raise errors.invalid(rt.kind, rt.qualified_name, name, [(
+                    "FieldValueForbidden", "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new "
+                    "finalizers []string{" + ", ".join(json.dumps(f) for f in added) + "}")])
         return new
 
     def update(
@@ -556,11 +580,14 @@ class Registry:
         preconditions: dict[str, Any] | None,
         opts: WriteOptions,
     ) -> dict[str, Any]:
-        """Delete an object; returns a ``Status`` with ``status: Success``.
+        """Delete an object; returns a ``Status`` with ``status: Success`` once it is gone.
 
-        ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do
-        not hold give 409 Conflict.  Deleting a namespace first deletes its
-        ConfigMaps and Leases; the system namespaces cannot be deleted (403).
+        An object with ``metadata.finalizers`` is not removed: it gets ``deletionTimestamp`` (now) and
+        ``deletionGracePeriodSeconds`` (0), which one write (a MODIFIED event) stores, and the object is returned
+        (also when it was being deleted already); it is removed when an update takes its last finalizer away.
+        ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do not hold give 409 Conflict.
+        Deleting a namespace deletes its objects (marking those with finalizers), then the namespace once it is
+        empty; the system namespaces cannot be deleted (403).
         """
         key = self.key(rt, namespace, name)
         kv, _ = self._backend_call(self.backend.get, key)
@@ -583,13 +610,35 @@ class Registry:
                 if not opts.dry_run:
                     self._delete_namespace(key, kv, current)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
+            if meta.get("finalizers"):
+                if meta.get("deletionTimestamp"):
+                    return current  # being deleted already: waiting for its finalizers
+                marked = self._mark_deleted(rt, current)
+                if opts.dry_run:
+                    return marked
+                result = self._backend_call(self.backend.update, key, self.encode(rt, marked), kv.mod_revision)
+                if result.succeeded:
+                    assert result.kv is not None
+                    self._recent.put(result.kv)
+                    return self.decode(result.kv, rt=rt)
+                kv = result.kv
+                continue
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if namespace is not None and meta.get("deletionTimestamp"):
+                    self._finish_namespace(namespace)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
+
+    def _mark_deleted(self, rt: ResourceType, current: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``current`` with ``deletionTimestamp`` (now) and ``deletionGracePeriodSeconds`` (0)."""
+        marked = copy.deepcopy(current)
+        marked["metadata"]["deletionTimestamp"] = format_time(self._clock())
+        marked["metadata"]["deletionGracePeriodSeconds"] = 0
+        return marked
 
     def _delete_namespace(self, key: str, kv: KeyValue, current: dict[str, Any]) -> None:
         """Delete a namespace as kube-apiserver and its namespace controller do, in one call: mark it
@@ -614,6 +663,8 @@ class Registry:
             name = current["metadata"]["name"]
             for rt in NAMESPACED:
                 self._delete_all(rt, name)
+            if self._namespace_has_objects(name):
+                return  # objects with finalizers remain: the last one to go deletes the namespace
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded or result.kv is None:
                 self._recent.forget(key)
@@ -638,11 +689,40 @@ class Registry:
         return deleted, meta
 
     def _delete_all(self, rt: ResourceType, namespace: str) -> None:
+        """Delete every ``rt`` object of ``namespace``; those with finalizers are marked deleted instead."""
         kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)
         for kv in kvs:
             while kv is not None:
-                result = self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                meta = self.decode(kv)["metadata"]
+                if meta.get("finalizers"):
+                    if meta.get("deletionTimestamp"):
+                        break
+                    marked = self._mark_deleted(rt, self.decode(kv))
+                    result = self._backend_call(self.backend.update, kv.key, self.encode(rt, marked),
+                                                kv.mod_revision)
+                else:
+                    result = self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                if result.succeeded:
+                    self._recent.forget(kv.key)
                 kv = None if result.succeeded else result.kv
+
+    def _namespace_has_objects(self, namespace: str) -> bool:
+        return any(self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]
+                   for rt in NAMESPACED)
+
+    def _finish_namespace(self, namespace: str) -> None:
+        """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is
+        terminating and now empty, delete it (the part of kube's namespace controller that waits for finalizers).
+        Whichever of this and the namespace's own deletion looks last sees it empty, so one of them deletes it."""
+        ns_key = self.key(NAMESPACES, None, namespace)
+        while True:
+            ns_kv, _ = self._backend_call(self.backend.get, ns_key)
+            if ns_kv is None or _phase(ns_kv) != "Terminating" or self._namespace_has_objects(namespace):
+                return
+            result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            if result.succeeded or result.kv is None:
+                self._recent.forget(ns_key)
+                return
 
     # ------------------------------------------------------------------ watch
     def watch(

@@ -508,12 +508,23 @@ class APIServer:
         if req.method == "DELETE":
             opts = self._options(req)
             preconditions = None
+            policy = req.arg("propagationPolicy")
             if req.body.strip():
                 delete_options = _loads(req.body, "malformed DeleteOptions body")
                 if isinstance(delete_options, dict):
                     preconditions = delete_options.get("preconditions")
                     if delete_options.get("dryRun") == ["All"]:
                         opts.dry_run = True
+                    policy = delete_options.get("propagationPolicy") or policy
+            # Accepted as kube does; there is no garbage collector, so no policy deletes dependents (and
+            # Foreground/Orphan add no finalizer that nothing would remove).
+            if policy not in ("", "Orphan", "Background", "Foreground"):
+                raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                    "FieldValueNotSupported", "propagationPolicy",
+                    f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
+                    "\"Background\", \"Orphan\"")])
+            if preconditions is not None and not isinstance(preconditions, dict):
+                raise errors.bad_request("DeleteOptions.preconditions must be an object")
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
 
