@@ -1,8 +1,10 @@
 """The served resources: their schema, decoding, validation and table form.
 
 This module holds the per-resource rules that kube-apiserver gets from its
-type definitions and registry strategies, restricted to ConfigMaps and
-Namespaces (core ``v1``) and Leases (``coordination.k8s.io/v1``):
+type definitions and registry strategies, restricted to ConfigMaps,
+Namespaces and Events (core ``v1``), Events (``events.k8s.io/v1``, stored as core Events), Leases
+(``coordination.k8s.io/v1``) and the self access reviews (answered, never stored).  A type is a
+:class:`ResourceType` plus its field spec; the registry, the routes, discovery and OpenAPI are generic over them:
 
 * decoding a JSON body into the typed shape: unknown fields are dropped (and
   reported, for ``fieldValidation``), ``null`` means "unset", empty values of

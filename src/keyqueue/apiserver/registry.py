@@ -16,13 +16,20 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
   decided from ``create_revision``; DELETED carries the last state with the
   deletion's revision; a compacted start revision gives a 410 Expired ERROR event.
 
+Finalizers as kube-apiserver's generic store handles them: deleting an object
+with ``metadata.finalizers`` only sets ``deletionTimestamp`` and
+``deletionGracePeriodSeconds`` (0); no finalizer may be added afterwards; the
+update that removes the last one deletes the object instead of writing it.
+
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no managedFields, no server-side apply, no watch cache
-(watches and lists go to the backend), and a namespace's deletion is done
-within the DELETE call (no namespace controller): the namespace is marked
-``Terminating`` (creates in it are then refused with 403 ``NamespaceTerminating``;
-every create's transaction also requires the namespace's ``mod_revision`` it
-checked, so none slips in), its objects are deleted, then the namespace.
+namespace-exists check, no managedFields, no server-side apply, no garbage
+collector, no watch cache (watches and lists go to the backend), and a
+namespace's deletion is done within the DELETE call (no namespace controller):
+the namespace is marked ``Terminating`` (creates in it are then refused with
+403 ``NamespaceTerminating``; every create's transaction also requires the
+namespace's ``mod_revision`` it checked, so none slips in), its objects are
+deleted (those with finalizers marked), then the namespace -- at once if it is
+empty, else by the delete of its last object.
 """
 
 from __future__ import annotations
@@ -186,7 +193,8 @@ class _RecentStates:
 
 
 class Registry:
-    """ConfigMaps, Namespaces and Leases stored in a :class:`Backend` the way kube-apiserver stores them.
+    """Objects of every stored :class:`~.objects.ResourceType` in a :class:`Backend`, the way kube-apiserver
+    stores them.
 
     Thread-safe: all shared state is in the backend; every method blocks on
     backend calls only.  Errors are raised as :class:`~.errors.APIError`.

@@ -14,8 +14,8 @@ namespaces at ``{resource}``).
 
 Server-side apply (``application/apply-patch+yaml``) is answered with 415
 Unsupported Media Type; kubectl then reports that server-side apply is not
-available.  Protobuf *request* bodies of ConfigMaps and Namespaces are accepted
-(``kubectl create configmap|namespace`` sends them); responses are always JSON,
+available.  Protobuf *request* bodies of ConfigMaps, Namespaces and the self reviews are accepted
+(``kubectl create configmap|namespace`` and ``kubectl auth`` send them); responses are always JSON,
 which every client accepts.
 """
 
@@ -237,6 +237,8 @@ class APIServer:
         if not isinstance(watch_buffer, int) or isinstance(watch_buffer, bool) or watch_buffer < 1:
             raise ValueError(f"watch_buffer must be a positive int, got {type(watch_buffer).__name__}: "
                              f"{watch_buffer!r}")
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user must be a non-empty str, got {type(user).__name__}: {user!r}")
         if not isinstance(storage_threads, int) or isinstance(storage_threads, bool) or storage_threads < 1:
             raise ValueError(f"storage_threads must be a positive int, got {type(storage_threads).__name__}: "
                              f"{storage_threads!r}")
