@@ -111,7 +111,15 @@ def test_namespace_deletion_waits_for_finalizers(server: TestAPIServer, api: Any
     held, _ = _create(server, "leases", name, "held", [FINALIZER])
     _create(server, "configmaps", name, "free", [])
     api.delete_namespace(name)
-    assert api.read_namespace(name).status.phase == "Terminating"
+    status = api.read_namespace(name).status
+    assert status.phase == "Terminating"
+    conditions = {c.type: c.message for c in status.conditions}
+    assert conditions == {
+        "NamespaceContentRemaining": "Some resources are remaining: leases.coordination.k8s.io has 1 resource "
+                                     "instances",
+        "NamespaceFinalizersRemaining": f"Some content in the namespace has finalizers remaining: {FINALIZER} in "
+                                        "1 resource instances",
+    }
     code, lease = raw_request(server, held)
     assert code == 200 and lease["metadata"]["deletionTimestamp"]
     code, _ = raw_request(server, f"/api/v1/namespaces/{name}/configmaps/free")

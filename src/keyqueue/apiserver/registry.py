@@ -672,6 +672,7 @@ class Registry:
             for rt in NAMESPACED:
                 self._delete_all(rt, name)
             if self._namespace_has_objects(name):
+                self._report_remaining(key, name)
                 return  # objects with finalizers remain: the last one to go deletes the namespace
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded or result.kv is None:
@@ -713,6 +714,43 @@ class Registry:
                 if result.succeeded:
                     self._recent.forget(kv.key)
                 kv = None if result.succeeded else result.kv
+
+    def _report_remaining(self, key: str, namespace: str) -> None:
+        """Set the conditions kube's namespace controller sets on a namespace waiting for finalizers
+        (``NamespaceContentRemaining``, ``NamespaceFinalizersRemaining``), so that ``kubectl get ns -o yaml``
+        shows what it waits for.  Retried on a conflict; nothing is written once the namespace is gone."""
+        while True:
+            kv, _ = self._backend_call(self.backend.get, key)
+            if kv is None:
+                return
+            resources: dict[str, int] = {}
+            finalizers: dict[str, int] = {}
+            for rt in NAMESPACED:
+                for item in self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]:
+                    resources[rt.qualified_name] = resources.get(rt.qualified_name, 0) + 1
+                    for f in self.decode(item)["metadata"].get("finalizers") or ():
+                        finalizers[f] = finalizers.get(f, 0) + 1
+            if not resources:
+                return  # emptied meanwhile: whoever emptied it deletes the namespace
+            ns = self.decode(kv)
+            now = format_time(self._clock())
+            ns.setdefault("status", {})["conditions"] = [
+                {"type": "NamespaceContentRemaining", "status": "True", "lastTransitionTime": now,
+                 "reason": "SomeResourcesRemain", "message": "Some resources are remaining: " + ", ".join(
+                     f"{r} has {n} resource instances" for r, n in sorted(resources.items()))},
+                {"type": "NamespaceFinalizersRemaining", "status": "True", "lastTransitionTime": now,
+                 "reason": "SomeFinalizersRemain",
+                 "message": "Some content in the namespace has finalizers remaining: " + ", ".join(
+                     f"{f} in {n} resource instances" for f, n in sorted(finalizers.items()))},
+            ]
+            data = self.encode(NAMESPACES, ns)
+            if data == kv.value:
+                return
+            result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
+            if result.succeeded:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                return
 
     def _namespace_has_objects(self, namespace: str) -> bool:
         return any(self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]
