@@ -308,11 +308,16 @@ class Registry:
         try:
             kvs, rev = self.backend.range(prefix, read_rev)
         except CompactedError:
-            if continue_token:
-                raise errors.expired(
-                    "The provided continue parameter is too old to display a consistent list result. "
-                    "You can start a new list without the continue parameter."
-                ) from None
+            if continue_token:  # as kube: a fresh token (revision -1 = the latest) continues inconsistently
+                exc = errors.expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start "
+                    "a new list without the continue parameter, or use the continue token in this response to "
+                    "retrieve the remainder of the results. Continuing with the provided token results in an "
+                    "inconsistent list - objects that were created, modified, or deleted between the time the "
+                    "first chunk was returned and now may show up in the list."
+                )
+                exc.list_meta = {"continue": self._encode_continue(-1, start_key, prefix)}
+                raise exc from None
             raise errors.expired("The resourceVersion for the provided list is too old.") from None
         except FutureRevisionError:
             raise errors.too_large_resource_version(read_rev, self._backend_call(self.backend.revision)) from None
@@ -349,9 +354,9 @@ class Registry:
         except (ValueError, KeyError, TypeError, RecursionError):
             raise errors.bad_request("continue key is not valid: invalid token") from None
         if (not isinstance(rev, int) or isinstance(rev, bool) or not isinstance(start, str)
-                or not 0 < rev <= MAX_RESOURCE_VERSION or ".." in start or start.startswith("/")):
+                or not (0 < rev <= MAX_RESOURCE_VERSION or rev == -1) or ".." in start or start.startswith("/")):
             raise errors.bad_request("continue key is not valid: invalid token")
-        return rev, prefix + start
+        return max(rev, 0), prefix + start  # -1 (a token handed out with 410): continue at the latest revision
 
     def _backend_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
