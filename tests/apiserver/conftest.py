@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import queue
 import shutil
@@ -73,6 +75,20 @@ def api(server: TestAPIServer) -> Iterator[Any]:
     api_client = server.api_client()
     yield client.CoreV1Api(api_client)
     api_client.close()
+
+
+def raw_request(server: TestAPIServer, path: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    """A JSON request without the client's own validation (it would reject malformed bodies before sending)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if server.token:
+        headers["Authorization"] = f"Bearer {server.token}"
+    try:
+        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
 
 
 def unique(prefix: str = "t") -> str:

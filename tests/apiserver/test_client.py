@@ -141,6 +141,23 @@ def test_list_pagination(api: Any, ns: str) -> None:
     assert third.metadata.resource_version == first.metadata.resource_version
 
 
+def test_expired_continue_token_comes_with_a_fresh_one(server: TestAPIServer, api: Any, ns: str) -> None:
+    for i in range(4):
+        api.create_namespaced_config_map(ns, _cm(f"e{i}"))
+    first = api.list_namespaced_config_map(ns, limit=2)
+    api.create_namespaced_config_map(ns, _cm("e9"))  # after the first page's revision
+    server.compact()
+    with pytest.raises(ApiException) as info:
+        api.list_namespaced_config_map(ns, limit=2, _continue=first.metadata._continue)
+    status = _status(info.value)
+    assert info.value.status == 410 and status["reason"] == "Expired"
+    assert "use the continue token in this response" in status["message"]
+    fresh = status["metadata"]["continue"]
+    rest = api.list_namespaced_config_map(ns, limit=10, _continue=fresh)  # inconsistent: at the latest revision
+    assert [i.metadata.name for i in rest.items] == ["e2", "e3", "e9"]
+    assert int(rest.metadata.resource_version) > int(first.metadata.resource_version)
+
+
 def test_replace_and_stale_replace_is_409(api: Any, ns: str) -> None:
     created = api.create_namespaced_config_map(ns, _cm("r", {"v": "1"}))
     stale = api.read_namespaced_config_map("r", ns)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from keyqueue.apiserver.discovery import GIT_VERSION, KUBERNETES_VERSION
+
 from .conftest import Kubectl, unique
 
 pytestmark = [pytest.mark.etcd, pytest.mark.kubectl]
@@ -40,8 +42,17 @@ def _manifest(name: str, data: dict[str, str], labels: dict[str, str] | None = N
 
 
 def test_version_and_discovery(kubectl: Kubectl) -> None:
-    out = kubectl.run("version", "-o", "json").stdout
-    assert json.loads(out)["serverVersion"]["gitVersion"].startswith("v1.")
+    proc = kubectl.run("version", "-o", "json")
+    versions = json.loads(proc.stdout)
+    server = versions["serverVersion"]
+    assert server["gitVersion"] == GIT_VERSION
+    assert (int(server["major"]), int(server["minor"])) == KUBERNETES_VERSION
+    # kubectl within one minor version of the server prints no skew warning (kubectl 1.37 comes with the extra)
+    client_minor = int(versions["clientVersion"]["minor"])
+    if abs(client_minor - KUBERNETES_VERSION[1]) <= 1:
+        assert "version skew" not in proc.stderr, proc.stderr
+    else:  # the control: an older kubectl on PATH does warn
+        assert "version skew" in proc.stderr, proc.stderr
     resources = kubectl.run("api-resources", "--no-headers").stdout
     assert "configmaps" in resources and "namespaces" in resources
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from kubernetes import client
 from keyqueue.apiserver import TestAPIServer
 
 from .conftest import Kubectl, WatchCollector, unique
+from .conftest import raw_request as _raw
 
 ApiException = client.ApiException
 MICRO = "2026-01-02T03:04:05.123456Z"
@@ -32,20 +32,6 @@ def _lease(name: str, holder: str | None = "a", **spec: Any) -> dict[str, Any]:
     if holder is not None:
         body["spec"]["holderIdentity"] = holder
     return body
-
-
-def _raw(server: TestAPIServer, path: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    """A request without the client's own validation (it would reject malformed bodies before sending)."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    headers = {"Content-Type": "application/json"}
-    if server.token:
-        headers["Authorization"] = f"Bearer {server.token}"
-    try:
-        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
 
 
 def _doc(server: TestAPIServer, path: str) -> Any:

@@ -202,7 +202,7 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not openssl_available(), reason="needs the openssl command")
 def test_tls_and_bearer_token(tmp_path: Path) -> None:
-    with TestAPIServer("memory", tls=True, token=True) as s:
+    with TestAPIServer("memory", tls=True, token=True, user="alice") as s:
         assert s.url.startswith("https://127.0.0.1:")
         api_client = s.api_client()
         names = {n.metadata.name for n in client.CoreV1Api(api_client).list_namespace().items}
@@ -230,6 +230,11 @@ def test_tls_and_bearer_token(tmp_path: Path) -> None:
             assert "namespace/default" in k.run("get", "ns", "-o", "name").stdout
             k.run("create", "configmap", "secure", "--from-literal=a=1")
             assert k.run("get", "cm", "secure", "-o", "jsonpath={.data.a}").stdout == "1"
+            # the user is the token's (kubectl sends a token only over TLS)
+            assert k.run("auth", "whoami").stdout.split() == [
+                "ATTRIBUTE", "VALUE", "Username", "alice", "Groups",
+                "[system:masters", "system:authenticated]"]
+            assert k.run("auth", "can-i", "get", "configmaps").stdout.strip() == "yes"
 
 
 def test_api_client_helpers_are_typed_enough() -> None:

@@ -127,8 +127,19 @@ def test_json_patch_and_errors() -> None:
                                          {"op": "remove", "path": "/data/other"}])
     assert out["data"] == {"k": "v", "new": "1"}
     with pytest.raises(APIError) as info:
-        apply_patch(JSON_PATCH, BASE, [{"op": "test", "path": "/data/k", "value": "nope"}])
+        apply_patch(JSON_PATCH, BASE, [{"op": "add", "path": "/data/x", "value": "1"},
+                                       {"op": "test", "path": "/data/k", "value": "nope"}])
     assert info.value.code == 422
+    # kube's words: the path, no values with Python type names
+    assert info.value.message.endswith("error in our request: testing value /data/k failed: test failed")
+    assert "class" not in info.value.message and "x" not in BASE["data"]
+    with pytest.raises(APIError) as info:
+        apply_patch(JSON_PATCH, BASE, [{"op": "test", "path": "/data/missing", "value": "v"}])
+    assert info.value.message.endswith("testing value /data/missing failed: test failed")
+    for bad in ([1], [{"op": "frobnicate", "path": "/data"}], [{"op": "remove", "path": "/nope/x"}]):
+        with pytest.raises(APIError) as info:
+            apply_patch(JSON_PATCH, BASE, bad)
+        assert info.value.code == 422, bad
     with pytest.raises(APIError) as info:
         apply_patch(JSON_PATCH, BASE, {"not": "a list"})
     assert info.value.code == 400

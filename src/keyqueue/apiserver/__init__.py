@@ -1,17 +1,18 @@
-"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces, Leases).
+"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces, Events, Leases).
 
 This is **not** kube-apiserver.  It serves the part of the Kubernetes REST API
 that ``kubectl`` and the official Python client use for ConfigMaps,
-Namespaces and ``coordination.k8s.io/v1`` Leases (discovery, a minimal OpenAPI v3, list/get/create/update/patch/
-delete, watch with bookmarks, ``Status`` errors) and stores objects in a real
+Namespaces, Events (``v1`` and ``events.k8s.io/v1``) and ``coordination.k8s.io/v1`` Leases (discovery, a minimal
+OpenAPI v3, list/get/create/update/patch/delete, finalizers, watch with bookmarks, ``Status`` errors), answers the
+self access reviews (everything is allowed) and stores objects in a real
 etcd exactly the way kube-apiserver lays them out (keys
 ``/registry/<resource>/<namespace>/<name>``, resourceVersion = etcd
 ``mod_revision``, compare-and-swap transactions, watch from
 ``resourceVersion + 1``, 410 Expired after compaction).  An in-memory backend
 with the same behaviour is there for fast tests.
 
-Not supported: other resources, server-side apply (answered with 415),
-admission beyond "the namespace must exist", managedFields, authorization.
+Not supported: other resources (CustomResourceDefinitions included), server-side apply (answered with 415),
+admission beyond "the namespace must exist", managedFields, authorization (RBAC), garbage collection.
 
 Typical use::
 

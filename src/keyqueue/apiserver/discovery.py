@@ -19,10 +19,11 @@ import hashlib
 import json
 from typing import Any, Final
 
-from .objects import GROUP_VERSIONS, ResourceType
+from .objects import GROUP_VERSIONS, ResourceType, schema_of
 
 __all__ = [
     "GIT_VERSION",
+    "KUBERNETES_VERSION",
     "api_group",
     "api_group_list",
     "api_resource_list",
@@ -33,15 +34,22 @@ __all__ = [
     "version_info",
 ]
 
-GIT_VERSION: Final = "v1.32.0-keyqueue"
+#: The Kubernetes release whose API this server implements: the schemas and behaviours follow the 1.37 types (the
+#: ones the official Python client 37.x is generated from: Lease ``strategy``/``preferredHolder``,
+#: ``sendInitialEvents``, ``events.k8s.io/v1``, ...) and the tests run kubectl 1.37 against it.  kubectl warns about
+#: version skew beyond one minor version, so this is what ``/version`` reports.
+KUBERNETES_VERSION: Final = (1, 37)
+#: ``gitVersion`` of ``/version``: the release, with ``+keyqueue`` build metadata (as distributions such as k3s do).
+GIT_VERSION: Final = f"v{KUBERNETES_VERSION[0]}.{KUBERNETES_VERSION[1]}.0+keyqueue"
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 _CORE = "io.k8s.api.core.v1."
 
 
 def version_info() -> dict[str, Any]:
+    """The ``version.Info`` of ``/version``: :data:`KUBERNETES_VERSION`."""
     return {
-        "major": "1",
-        "minor": "32",
+        "major": str(KUBERNETES_VERSION[0]),
+        "minor": str(KUBERNETES_VERSION[1]),
         "gitVersion": GIT_VERSION,
         "gitCommit": "",
         "gitTreeState": "clean",
@@ -95,9 +103,7 @@ def api_resource_list(group_version: str = "v1") -> dict[str, Any] | None:
         return None
     resources = []
     for rt in served.values():
-        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
-        if rt.namespaced:
-            verbs.insert(2, "deletecollection")
+        verbs = rt.discovery_verbs
         resources.append(
             {
                 "name": rt.name,
@@ -136,7 +142,52 @@ _STR: Final = {"type": "string"}
 _STR_MAP: Final = {"type": "object", "additionalProperties": {"type": "string", "default": ""}}
 
 
+def _from_spec(spec: Any) -> dict[str, Any]:
+    """The OpenAPI schema of an :mod:`~.objects` field spec (``metadata`` refers to ObjectMeta)."""
+    if isinstance(spec, tuple):
+        if spec[0] == "ptr":
+            return _from_spec(spec[1])
+        if spec[0] == "map":
+            return {"type": "object", "additionalProperties": _from_spec(spec[1])}
+        return {"type": "array", "items": _from_spec(spec[1])}
+    if isinstance(spec, dict):
+        props = {k: ({"allOf": [_ref(_META + "ObjectMeta")], "default": {}} if k == "metadata" else _from_spec(v))
+                 for k, v in spec.items()}
+        return {"type": "object", "properties": props}
+    return {"string": _STR, "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
+            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"}}[spec]
+
+
 def _schemas() -> dict[str, Any]:
+    """Component schemas: hand-written for the types kubectl's client-side apply merges (ConfigMap, Namespace,
+    Lease, with kube's patch strategies), derived from the decoding spec for every other served type."""
+    schemas = _core_schemas()
+    for gv in GROUP_VERSIONS.values():
+        for rt in gv.values():
+            name = _defs(rt) + rt.kind
+            if name not in schemas:
+                schemas[name] = {**_from_spec(schema_of(rt)),
+                                 "x-kubernetes-group-version-kind": [_gvk(rt.kind, rt.group, rt.version)]}
+                schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
+    return schemas
+
+
+def _listing(kind: str, item: str, group: str = "", version: str = "v1") -> dict[str, Any]:
+    """The schema of the ``<Kind>List`` whose items are the component ``item``."""
+    return {
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": _STR,
+            "kind": _STR,
+            "metadata": {"allOf": [_ref(_META + "ListMeta")], "default": {}},
+            "items": {"type": "array", "items": {"allOf": [_ref(item)], "default": {}}},
+        },
+        "x-kubernetes-group-version-kind": [_gvk(kind, group, version)],
+    }
+
+
+def _core_schemas() -> dict[str, Any]:
     owner_ref = {
         "type": "object",
         "required": ["apiVersion", "kind", "name", "uid"],
@@ -206,17 +257,7 @@ def _schemas() -> dict[str, Any]:
         }
 
     def listing(kind: str, item: str, group: str = "", defs: str = _CORE) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "required": ["items"],
-            "properties": {
-                "apiVersion": _STR,
-                "kind": _STR,
-                "metadata": {"allOf": [_ref(_META + "ListMeta")], "default": {}},
-                "items": {"type": "array", "items": {"allOf": [_ref(defs + item)], "default": {}}},
-            },
-            "x-kubernetes-group-version-kind": [_gvk(kind, group)],
-        }
+        return _listing(kind, defs + item, group)
 
     coordination = "io.k8s.api.coordination.v1."
     micro = _ref(_META + "MicroTime")
@@ -304,6 +345,10 @@ def _operation(op_id: str, action: str, rt: ResourceType, params: list[dict[str,
     return out
 
 
+_VERB_OF_ACTION: Final = {"list": "list", "post": "create", "get": "get", "put": "update", "patch": "patch",
+                           "delete": "delete"}
+
+
 def _paths_for(rt: ResourceType) -> dict[str, Any]:
     item, lst = _defs(rt) + rt.kind, _defs(rt) + rt.list_kind
     scope = _op_prefix(rt) + ("Namespaced" if rt.namespaced else "")
@@ -344,7 +389,12 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
         paths[f"{rt.path_prefix}/{rt.name}"] = {
             "get": _operation(f"list{_op_prefix(rt)}{rt.kind}ForAllNamespaces", "list", rt, _LIST_PARAMS, lst),
         }
-    return paths
+    # Only the operations of the verbs the type serves (a review serves create alone).
+    for ops in paths.values():
+        for method in [m for m in ops if m != "parameters"]:
+            if _VERB_OF_ACTION[ops[method]["x-kubernetes-action"]] not in rt.verbs:
+                del ops[method]
+    return {path: ops for path, ops in paths.items() if set(ops) - {"parameters"}}
 
 
 def _doc_path(group_version: str) -> str:

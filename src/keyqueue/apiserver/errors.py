@@ -33,13 +33,14 @@ class APIError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+        self.list_meta: dict[str, Any] = {}  # the Status's metadata (e.g. a fresh continue token with a 410)
 
     def status(self) -> dict[str, Any]:
         """Return the ``Status`` object for this error."""
         out: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

@@ -1,8 +1,10 @@
 """The served resources: their schema, decoding, validation and table form.
 
 This module holds the per-resource rules that kube-apiserver gets from its
-type definitions and registry strategies, restricted to ConfigMaps and
-Namespaces (core ``v1``) and Leases (``coordination.k8s.io/v1``):
+type definitions and registry strategies, restricted to ConfigMaps,
+Namespaces and Events (core ``v1``), Events (``events.k8s.io/v1``, stored as core Events), Leases
+(``coordination.k8s.io/v1``) and the self access reviews (answered, never stored).  A type is a
+:class:`ResourceType` plus its field spec; the registry, the routes, discovery and OpenAPI are generic over them:
 
 * decoding a JSON body into the typed shape: unknown fields are dropped (and
   reported, for ``fieldValidation``), ``null`` means "unset", empty values of
@@ -21,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -30,18 +32,30 @@ from .errors import APIError, bad_request, invalid
 
 __all__ = [
     "CONFIGMAPS",
+    "EVENTS",
+    "EVENTS_V1",
     "GROUP_VERSIONS",
     "LEASES",
     "NAMESPACED",
     "NAMESPACES",
     "RESOURCES",
+    "REVIEWS",
+    "SELF_SUBJECT_ACCESS_REVIEWS",
+    "SELF_SUBJECT_REVIEWS",
+    "SELF_SUBJECT_RULES_REVIEWS",
     "ResourceType",
     "age",
     "canonical",
     "decode_typed",
+    "field_value",
     "format_time",
+    "from_stored",
+    "normalize_time",
     "parse_time",
     "resource_for",
+    "schema_of",
+    "stored_type",
+    "to_stored",
     "to_table",
     "validate",
     "validate_update",
@@ -61,6 +75,23 @@ class ResourceType:
     field_selectors: frozenset[str]
     group: str = ""
     version: str = "v1"
+    #: The verbs served (``deletecollection`` is added for namespaced types that serve ``delete``).  A type that
+    #: serves only ``create`` is a review: it is answered, never stored (:data:`REVIEWS`).
+    verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+    #: ``(stored field, served field)`` pairs of top-level fields: a type that shares its storage with another
+    #: version (``events.k8s.io/v1`` Events are stored as core ``v1`` Events) is converted on every read and
+    #: write by renaming these fields (:func:`to_stored`, :func:`from_stored`).
+    renames: tuple[tuple[str, str], ...] = ()
+    #: Field selectors whose value is not at the field's own dotted path: ``(selector, path)``.
+    field_paths: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def discovery_verbs(self) -> list[str]:
+        """The verbs as discovery lists them (sorted, ``deletecollection`` included where served)."""
+        verbs = set(self.verbs)
+        if self.namespaced and "delete" in verbs:
+            verbs.add("deletecollection")
+        return sorted(verbs)
 
     @property
     def list_kind(self) -> str:
@@ -88,14 +119,44 @@ NAMESPACES: Final = ResourceType(
     "namespaces", "namespace", "Namespace", False, ("ns",), frozenset({"metadata.name", "status.phase"})
 )
 LEASES: Final = ResourceType("leases", "lease", "Lease", True, (), _NAME_NAMESPACE, "coordination.k8s.io")
+SELF_SUBJECT_ACCESS_REVIEWS: Final = ResourceType(
+    "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview", False, (), frozenset(),
+    "authorization.k8s.io", verbs=("create",))
+SELF_SUBJECT_RULES_REVIEWS: Final = ResourceType(
+    "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview", False, (), frozenset(),
+    "authorization.k8s.io", verbs=("create",))
+SELF_SUBJECT_REVIEWS: Final = ResourceType(
+    "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", False, (), frozenset(),
+    "authentication.k8s.io", verbs=("create",))
+_EVENT_RENAMES: Final = (
+    ("involvedObject", "regarding"), ("message", "note"), ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"), ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"), ("reportingComponent", "reportingController"),
+)
+_REFERENCE_FIELDS: Final = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+EVENTS: Final = ResourceType(
+    "events", "event", "Event", True, ("ev",),
+    _NAME_NAMESPACE | {f"involvedObject.{f}" for f in _REFERENCE_FIELDS}
+    | {"reason", "reportingComponent", "source", "type"},
+    field_paths=(("source", "source.component"),),
+)
+#: ``events.k8s.io/v1`` Events: the same objects as core ``v1`` Events (one storage), with renamed fields.
+EVENTS_V1: Final = ResourceType(
+    "events", "event", "Event", True, (),
+    _NAME_NAMESPACE | {f"regarding.{f}" for f in _REFERENCE_FIELDS} | {"reason", "reportingController", "type"},
+    "events.k8s.io", renames=_EVENT_RENAMES,
+)
+#: Types whose create is answered (computed from the request) and never stored.
+REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
 #: Every served resource by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
 GROUP_VERSIONS: Final[dict[str, dict[str, ResourceType]]] = {}
-for _rt in (CONFIGMAPS, NAMESPACES, LEASES):
+for _rt in (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, *REVIEWS):
     GROUP_VERSIONS.setdefault(_rt.api_version, {})[_rt.name] = _rt
 #: The core (``v1``) resources by name.
 RESOURCES: Final = GROUP_VERSIONS["v1"]
-#: Resources stored inside a namespace (deleted with it).
-NAMESPACED: Final = tuple(rt for gv in GROUP_VERSIONS.values() for rt in gv.values() if rt.namespaced)
+#: Resources stored inside a namespace (deleted with it), one per storage (converted versions left out).
+NAMESPACED: Final = tuple(rt for gv in GROUP_VERSIONS.values() for rt in gv.values()
+                          if rt.namespaced and rt not in REVIEWS and not rt.renames)
 
 
 def resource_for(group_version: str, name: str) -> ResourceType | None:
@@ -106,7 +167,8 @@ def resource_for(group_version: str, name: str) -> ResourceType | None:
 # A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
 # dict of fields (in the Go struct's order, which is also the JSON output order).
 # ("ptr", spec) is a Go pointer field: an empty value ("", 0) is kept, not
-# dropped by ``omitempty``.  "microtime" is a ``metav1.MicroTime`` string.
+# dropped by ``omitempty``.  "microtime" is a ``metav1.MicroTime`` string, "time" a ``metav1.Time`` one (both
+# written back in kube's canonical UTC form).
 _Spec = Any
 
 _OWNER_REFERENCE: Final[dict[str, _Spec]] = {
@@ -127,14 +189,99 @@ _OBJECT_META: Final[dict[str, _Spec]] = {
     "generation": "integer",
     "creationTimestamp": "string",
     "deletionTimestamp": "string",
-    "deletionGracePeriodSeconds": "integer",
+    "deletionGracePeriodSeconds": ("ptr", "integer"),
     "labels": ("map", "string"),
     "annotations": ("map", "string"),
     "ownerReferences": ("list", _OWNER_REFERENCE),
     "finalizers": ("list", "string"),
     "managedFields": ("list", "any"),
 }
+_ATTRIBUTE_SELECTOR: Final[dict[str, _Spec]] = {
+    "rawSelector": "string",
+    "requirements": ("list", {"key": "string", "operator": "string", "values": ("list", "string")}),
+}
+_USER_INFO: Final[dict[str, _Spec]] = {
+    "username": "string", "uid": "string", "groups": ("list", "string"), "extra": ("map", ("list", "string")),
+}
+_OBJECT_REFERENCE: Final[dict[str, _Spec]] = {
+    "kind": "string", "namespace": "string", "name": "string", "uid": "string", "apiVersion": "string",
+    "resourceVersion": "string", "fieldPath": "string",
+}
+_EVENT_SOURCE: Final[dict[str, _Spec]] = {"component": "string", "host": "string"}
+_EVENT_SERIES: Final[dict[str, _Spec]] = {"count": "integer", "lastObservedTime": "microtime"}
+# Keyed by ResourceType.qualified_name (``events`` and ``events.events.k8s.io`` are different shapes).
 _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
+    "events": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "involvedObject": _OBJECT_REFERENCE,
+        "reason": "string",
+        "message": "string",
+        "source": _EVENT_SOURCE,
+        "firstTimestamp": "time",
+        "lastTimestamp": "time",
+        "count": "integer",
+        "type": "string",
+        "eventTime": "microtime",
+        "series": _EVENT_SERIES,
+        "action": "string",
+        "related": _OBJECT_REFERENCE,
+        "reportingComponent": "string",
+        "reportingInstance": "string",
+    },
+    "events.events.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "eventTime": "microtime",
+        "series": _EVENT_SERIES,
+        "reportingController": "string",
+        "reportingInstance": "string",
+        "action": "string",
+        "reason": "string",
+        "regarding": _OBJECT_REFERENCE,
+        "related": _OBJECT_REFERENCE,
+        "note": "string",
+        "type": "string",
+        "deprecatedSource": _EVENT_SOURCE,
+        "deprecatedFirstTimestamp": "time",
+        "deprecatedLastTimestamp": "time",
+        "deprecatedCount": "integer",
+    },
+    "selfsubjectaccessreviews.authorization.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {
+            "resourceAttributes": {
+                "namespace": "string", "verb": "string", "group": "string", "version": "string",
+                "resource": "string", "subresource": "string", "name": "string",
+                "fieldSelector": _ATTRIBUTE_SELECTOR, "labelSelector": _ATTRIBUTE_SELECTOR,
+            },
+            "nonResourceAttributes": {"path": "string", "verb": "string"},
+        },
+        "status": {"allowed": "boolean", "denied": "boolean", "reason": "string", "evaluationError": "string"},
+    },
+    "selfsubjectrulesreviews.authorization.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {"namespace": "string"},
+        "status": {
+            "resourceRules": ("list", {"verbs": ("list", "string"), "apiGroups": ("list", "string"),
+                                       "resources": ("list", "string"), "resourceNames": ("list", "string")}),
+            "nonResourceRules": ("list", {"verbs": ("list", "string"), "nonResourceURLs": ("list", "string")}),
+            "incomplete": "boolean",
+            "evaluationError": "string",
+        },
+    },
+    "selfsubjectreviews.authentication.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "status": {"userInfo": _USER_INFO},
+    },
     "configmaps": {
         "kind": "string",
         "apiVersion": "string",
@@ -157,7 +304,7 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
             ),
         },
     },
-    "leases": {
+    "leases.coordination.k8s.io": {
         "kind": "string",
         "apiVersion": "string",
         "metadata": _OBJECT_META,
@@ -191,15 +338,17 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
         if not isinstance(value, str):
             raise _type_error(rt, path, value, "string")
         return value
-    if spec == "microtime":
+    if spec in ("microtime", "time"):
         if not isinstance(value, str):
             raise _type_error(rt, path, value, "string")
-        if parse_time(value) is None:
+        canonical_time = normalize_time(value, spec == "microtime")
+        if canonical_time is None:
+            layout = "2006-01-02T15:04:05.000000Z07:00" if spec == "microtime" else "2006-01-02T15:04:05Z07:00"
             raise bad_request(
                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: parsing time "{value}" '
-                f'as "2006-01-02T15:04:05.000000Z07:00": cannot parse it ({path})'
+                f'as "{layout}": cannot parse it ({path})'
             )
-        return value
+        return canonical_time
     if spec == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(rt, path, value, "int64")
@@ -253,7 +402,7 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
-    obj: dict[str, Any] = _decode(rt, _SCHEMAS[rt.name], body, "", unknown)
+    obj: dict[str, Any] = _decode(rt, _SCHEMAS[rt.qualified_name], body, "", unknown)
     kind = obj.get("kind") or rt.kind
     version = obj.get("apiVersion") or rt.api_version
     if version != rt.api_version:
@@ -274,9 +423,60 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     return obj, unknown
 
 
+def stored_type(rt: ResourceType) -> ResourceType:
+    """The type whose shape ``rt``'s objects are stored in: ``rt`` itself unless it has
+    :attr:`ResourceType.renames` (then the unrenamed type of the same resource name)."""
+    if not rt.renames:
+        return rt
+    return next(t for gv in GROUP_VERSIONS.values() for t in gv.values() if t.name == rt.name and not t.renames)
+
+
+def schema_of(rt: ResourceType) -> dict[str, Any]:
+    """The field spec ``rt``'s objects are decoded with (see the comment above ``_OBJECT_META``)."""
+    return _SCHEMAS[rt.qualified_name]
+
+
+def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` (of ``rt``) in the form its storage holds: :attr:`ResourceType.renames` undone, the stored
+    type's ``kind`` and ``apiVersion``.  Other types are returned as they are (a shallow copy)."""
+    if not rt.renames:
+        return dict(obj)
+    served_to_stored = {served: stored for stored, served in rt.renames}
+    out = {served_to_stored.get(k, k): v for k, v in obj.items()}
+    target = stored_type(rt)
+    out["kind"], out["apiVersion"] = target.kind, target.api_version
+    return out
+
+
+def from_stored(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order."""
+    if not rt.renames:
+        return obj
+    stored_to_served = dict(rt.renames)
+    out = {stored_to_served.get(k, k): v for k, v in obj.items()}
+    out["kind"], out["apiVersion"] = rt.kind, rt.api_version
+    return canonical(rt, out)
+
+
+def field_value(rt: ResourceType, obj: Mapping[str, Any], selector: str) -> str:
+    """The value a field selector ``selector`` (one of ``rt.field_selectors``) compares: the string at its
+    dotted path (or the path :attr:`ResourceType.field_paths` names), ``""`` if unset."""
+    path = dict(rt.field_paths).get(selector, selector)
+    value: Any = obj
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return ""
+        value = value.get(part)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def canonical(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order)."""
-    return _order(_SCHEMAS[rt.name], obj)  # type: ignore[no-any-return]
+    return _order(_SCHEMAS[rt.qualified_name], obj)  # type: ignore[no-any-return]
 
 
 def _order(spec: _Spec, value: Any) -> Any:
@@ -497,6 +697,22 @@ def format_time(ts: float) -> str:
 _RFC3339: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
 
+def normalize_time(value: str, micro: bool) -> str | None:
+    """An RFC 3339 time as kube writes it back: UTC, ``Z``, with six fraction digits for a ``MicroTime``
+    (``micro``) and none for a ``Time``; ``None`` if malformed."""
+    if not _RFC3339.fullmatch(value):
+        return None
+    match = re.search(r"\.(\d+)", value)
+    head = value[: match.start()] + value[match.end():] if match else value
+    try:
+        parsed = datetime.fromisoformat(head.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+    if not micro:
+        return parsed.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.") + (match.group(1)[:6] if match else "").ljust(6, "0") + "Z"
+
+
 def parse_time(value: str) -> float | None:
     """Seconds since the epoch of an RFC 3339 time (``Time`` or ``MicroTime``), or ``None`` if malformed."""
     if not _RFC3339.fullmatch(value):
@@ -551,39 +767,93 @@ _AGE_COLUMN: Final = {
     "name": "Age", "type": "string", "format": "", "priority": 0,
     "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
 }
-_COLUMNS: Final = {
+_Cell = Callable[[Mapping[str, Any], float], Any]
+
+
+def _column(name: str, kind: str, description: str, priority: int = 0) -> dict[str, Any]:
+    return {"name": name, "type": kind, "format": "", "priority": priority, "description": description}
+
+
+def _name_cell(obj: Mapping[str, Any], now: float) -> Any:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _since(value: Any, now: float) -> str:
+    when = parse_time(value) if isinstance(value, str) else None
+    return age(now - when) if when is not None else "<unknown>"
+
+
+def _age_cell(obj: Mapping[str, Any], now: float) -> Any:
+    return _since((obj.get("metadata") or {}).get("creationTimestamp"), now)
+
+
+def _path_cell(*path: str) -> _Cell:
+    def cell(obj: Mapping[str, Any], now: float) -> Any:
+        value: Any = obj
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return "" if value is None else value
+    return cell
+
+
+def _event_cells(regarding: str, note: str, last: str, first: str, count: str) -> list[tuple[dict[str, Any], _Cell]]:
+    """kube's event printer columns, for the field names of one Event version."""
+    def last_seen(obj: Mapping[str, Any], now: float) -> Any:
+        series = obj.get("series") or {}
+        for value in (series.get("lastObservedTime"), obj.get(last), obj.get("eventTime")):
+            if value:
+                return _since(value, now)
+        return "<unknown>"
+
+    def involved(obj: Mapping[str, Any], now: float) -> Any:
+        ref = obj.get(regarding) or {}
+        return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
+
+    def repeats(obj: Mapping[str, Any], now: float) -> Any:
+        return int((obj.get("series") or {}).get("count") or obj.get(count) or 1)
+
+    return [
+        (_column("Last Seen", "string", "Time of the last occurrence."), last_seen),
+        (_column("Type", "string", "Type of this event (Normal, Warning)."), _path_cell("type")),
+        (_column("Reason", "string", "Why the action was taken."), _path_cell("reason")),
+        (_column("Object", "string", "The object this event is about."), involved),
+        (_column("Message", "string", "A human-readable description."), _path_cell(note)),
+        (_column("First Seen", "string", "Time of the first occurrence.", 1),
+         lambda obj, now: _since(obj.get(first) or obj.get("eventTime"), now)),
+        (_column("Count", "integer", "The number of times this event has occurred.", 1), repeats),
+        (dict(_NAME_COLUMN, priority=1), _name_cell),
+    ]
+
+
+_NAME_AND_AGE: Final = [(_NAME_COLUMN, _name_cell), (_AGE_COLUMN, _age_cell)]
+#: The Table columns per type (by qualified name) with the cell of each; other types show Name and Age.
+_COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
     "configmaps": [
-        _NAME_COLUMN,
-        {"name": "Data", "type": "integer", "format": "", "priority": 0,
-         "description": "Number of keys in data and binaryData."},
-        _AGE_COLUMN,
+        (_NAME_COLUMN, _name_cell),
+        (_column("Data", "integer", "Number of keys in data and binaryData."),
+         lambda obj, now: len(obj.get("data") or {}) + len(obj.get("binaryData") or {})),
+        (_AGE_COLUMN, _age_cell),
     ],
     "namespaces": [
-        _NAME_COLUMN,
-        {"name": "Status", "type": "string", "format": "", "priority": 0,
-         "description": "The status of the namespace"},
-        _AGE_COLUMN,
+        (_NAME_COLUMN, _name_cell),
+        (_column("Status", "string", "The status of the namespace"), _path_cell("status", "phase")),
+        (_AGE_COLUMN, _age_cell),
     ],
-    "leases": [
-        _NAME_COLUMN,
-        {"name": "Holder", "type": "string", "format": "", "priority": 0,
-         "description": "holderIdentity contains the identity of the holder of a current lease."},
-        _AGE_COLUMN,
+    "leases.coordination.k8s.io": [
+        (_NAME_COLUMN, _name_cell),
+        (_column("Holder", "string", "holderIdentity contains the identity of the holder of a current lease."),
+         _path_cell("spec", "holderIdentity")),
+        (_AGE_COLUMN, _age_cell),
     ],
+    "events": _event_cells("involvedObject", "message", "lastTimestamp", "firstTimestamp", "count"),
+    "events.events.k8s.io": _event_cells("regarding", "note", "deprecatedLastTimestamp",
+                                         "deprecatedFirstTimestamp", "deprecatedCount"),
 }
 
 
 def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    created = parse_time(str(meta.get("creationTimestamp", "")))
-    when = age(now - created) if created is not None else "<unknown>"
-    if rt is CONFIGMAPS:
-        middle: Any = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
-    elif rt is LEASES:
-        middle = (obj.get("spec") or {}).get("holderIdentity", "")
-    else:
-        middle = (obj.get("status") or {}).get("phase", "")
-    row: dict[str, Any] = {"cells": [meta.get("name", ""), middle, when]}
+    row: dict[str, Any] = {"cells": [cell(obj, now) for _, cell in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)]}
     if include_object == "Object":
         row["object"] = obj
     elif include_object != "None":
@@ -599,7 +869,8 @@ def to_table(
     include_object: str = "Metadata",
     list_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` Table of ``objs`` (columns Name, Data|Status|Holder, Age)."""
+    """A ``meta.k8s.io/v1`` Table of ``objs`` with the type's columns (Name, Data|Status|Holder, Age; kube's
+    event columns for Events)."""
     meta = dict(list_meta or {})
     if resource_version:
         meta["resourceVersion"] = resource_version
@@ -607,6 +878,6 @@ def to_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": _COLUMNS[rt.name],
+        "columnDefinitions": [d for d, _ in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)],
         "rows": [_row(rt, o, now, include_object) for o in objs],
     }

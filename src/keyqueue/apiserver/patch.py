@@ -38,6 +38,10 @@ _MERGE_LISTS: Final[dict[tuple[str, ...], str | None]] = {
 }
 
 
+def _unprocessable(why: str) -> APIError:
+    return APIError(422, "Invalid", f"the server rejected our request due to an error in our request: {why}", {})
+
+
 def apply_patch(patch_type: str, original: dict[str, Any], patch: Any) -> Any:
     """Return ``original`` with ``patch`` applied; ``original`` is not modified.
 
@@ -47,11 +51,17 @@ def apply_patch(patch_type: str, original: dict[str, Any], patch: Any) -> Any:
     if patch_type == JSON_PATCH:
         if not isinstance(patch, list):
             raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-        try:
-            return jsonpatch.JsonPatch(patch).apply(copy.deepcopy(original))
-        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, KeyError) as exc:
-            raise APIError(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}",
-                           {}) from None
+        doc = copy.deepcopy(original)
+        for op in patch:  # one at a time (as a whole patch would be applied), so that an error can name its op
+            try:
+                doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
+            except jsonpatch.JsonPatchTestFailed:
+                path = op.get("path", "") if isinstance(op, dict) else ""
+                # kube (evanphx/json-patch) names the path only; jsonpatch's text holds Python type names
+                raise _unprocessable(f"testing value {path} failed: test failed") from None
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError, KeyError) as exc:
+                raise _unprocessable(str(exc)) from None
+        return doc
     if not isinstance(patch, dict):
         raise bad_request("the patch must be a JSON object")
     if patch_type == MERGE_PATCH:

@@ -1,6 +1,6 @@
-"""A small decoder for the Kubernetes protobuf encoding of ConfigMaps and Namespaces.
+"""A small decoder for the Kubernetes protobuf encoding of ConfigMaps, Namespaces and the self-reviews.
 
-``kubectl create configmap`` and ``kubectl create namespace`` send their bodies
+``kubectl create configmap``, ``kubectl create namespace`` and ``kubectl auth can-i|whoami`` send their bodies
 as ``application/vnd.kubernetes.protobuf``: the 4-byte magic ``k8s\\x00``
 followed by a ``runtime.Unknown`` message (field 1 ``typeMeta``, field 2 the raw
 object).  This module turns such a body into the equivalent JSON dict, which
@@ -178,11 +178,61 @@ def _namespace(raw: bytes) -> dict[str, Any]:
     return out
 
 
-_DECODERS: Final[dict[str, Callable[[bytes], dict[str, Any]]]] = {"ConfigMap": _configmap, "Namespace": _namespace}
+# Table-driven messages: field number -> (JSON name, "string" | "meta" | a nested layout).
+_Layout = dict[int, tuple[str, Any]]
+_SELECTOR_ATTRIBUTES: Final[_Layout] = {1: ("rawSelector", "string")}
+_RESOURCE_ATTRIBUTES: Final[_Layout] = {
+    1: ("namespace", "string"), 2: ("verb", "string"), 3: ("group", "string"), 4: ("version", "string"),
+    5: ("resource", "string"), 6: ("subresource", "string"), 7: ("name", "string"),
+    8: ("fieldSelector", _SELECTOR_ATTRIBUTES), 9: ("labelSelector", _SELECTOR_ATTRIBUTES),
+}
+_ACCESS_REVIEW: Final[_Layout] = {
+    1: ("metadata", "meta"),
+    2: ("spec", {1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+                 2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")})}),
+}
+_RULES_REVIEW: Final[_Layout] = {1: ("metadata", "meta"), 2: ("spec", {1: ("namespace", "string")})}
+_SUBJECT_REVIEW: Final[_Layout] = {1: ("metadata", "meta")}
+
+
+def _message(raw: bytes, layout: _Layout) -> dict[str, Any]:
+    """Decode a message of ``layout``; unknown fields (a review's status, ...) are skipped, empty strings too."""
+    out: dict[str, Any] = {}
+    for number, v in _fields(raw):
+        if number not in layout:
+            continue
+        name, kind = layout[number]
+        if kind == "string":
+            if text := _str(v):
+                out[name] = text
+        elif kind == "meta":
+            out[name] = _object_meta(v)
+        else:
+            out[name] = _message(_bytes(v), kind)
+    return out
+
+
+def _typed(api_version: str, kind: str, layout: _Layout) -> Callable[[bytes], dict[str, Any]]:
+    def decode(raw: bytes) -> dict[str, Any]:
+        return {"kind": kind, "apiVersion": api_version, **_message(raw, layout)}
+    return decode
+
+
+_DECODERS: Final[dict[tuple[str, str], Callable[[bytes], dict[str, Any]]]] = {
+    ("v1", "ConfigMap"): _configmap,
+    ("v1", "Namespace"): _namespace,
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"):
+        _typed("authorization.k8s.io/v1", "SelfSubjectAccessReview", _ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"):
+        _typed("authorization.k8s.io/v1", "SelfSubjectRulesReview", _RULES_REVIEW),
+    ("authentication.k8s.io/v1", "SelfSubjectReview"):
+        _typed("authentication.k8s.io/v1", "SelfSubjectReview", _SUBJECT_REVIEW),
+}
 
 
 def decode_object(body: bytes) -> dict[str, Any]:
-    """Decode a ``k8s\\x00``-enveloped ConfigMap or Namespace into its JSON form.
+    """Decode a ``k8s\\x00``-enveloped ConfigMap, Namespace, SelfSubjectAccessReview, SelfSubjectRulesReview or
+    SelfSubjectReview into its JSON form.
 
     Raises a 400 :class:`~keyqueue.apiserver.errors.APIError` for a malformed
     body or another kind.
@@ -201,8 +251,8 @@ def decode_object(body: bytes) -> dict[str, Any]:
                         kind = _str(tv)
             elif number == 2:
                 raw = _bytes(v)
-        decoder = _DECODERS.get(kind)
-        if decoder is None or api_version not in ("", "v1"):
+        decoder = _DECODERS.get((api_version or "v1", kind))
+        if decoder is None:
             raise bad_request(f"protobuf bodies of kind {api_version}/{kind} are not supported by this server")
         return decoder(raw)
     except (_Malformed, UnicodeDecodeError) as exc:

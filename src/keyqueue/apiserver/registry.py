@@ -16,13 +16,20 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
   decided from ``create_revision``; DELETED carries the last state with the
   deletion's revision; a compacted start revision gives a 410 Expired ERROR event.
 
+Finalizers as kube-apiserver's generic store handles them: deleting an object
+with ``metadata.finalizers`` only sets ``deletionTimestamp`` and
+``deletionGracePeriodSeconds`` (0); no finalizer may be added afterwards; the
+update that removes the last one deletes the object instead of writing it.
+
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no managedFields, no server-side apply, no watch cache
-(watches and lists go to the backend), and a namespace's deletion is done
-within the DELETE call (no namespace controller): the namespace is marked
-``Terminating`` (creates in it are then refused with 403 ``NamespaceTerminating``;
-every create's transaction also requires the namespace's ``mod_revision`` it
-checked, so none slips in), its objects are deleted, then the namespace.
+namespace-exists check, no managedFields, no server-side apply, no garbage
+collector, no watch cache (watches and lists go to the backend), and a
+namespace's deletion is done within the DELETE call (no namespace controller):
+the namespace is marked ``Terminating`` (creates in it are then refused with
+403 ``NamespaceTerminating``; every create's transaction also requires the
+namespace's ``mod_revision`` it checked, so none slips in), its objects are
+deleted (those with finalizers marked), then the namespace -- at once if it is
+empty, else by the delete of its last object.
 """
 
 from __future__ import annotations
@@ -41,7 +48,19 @@ from typing import Any, Final
 
 from . import errors
 from .errors import APIError
-from .objects import NAMESPACED, NAMESPACES, ResourceType, canonical, decode_typed, format_time, validate
+from .objects import (
+    NAMESPACED,
+    NAMESPACES,
+    ResourceType,
+    canonical,
+    decode_typed,
+    field_value,
+    format_time,
+    from_stored,
+    stored_type,
+    to_stored,
+    validate,
+)
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -97,10 +116,7 @@ class Matcher:
             return False
         if not self.fields.terms:
             return True
-        values = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "")}
-        if self.rt is NAMESPACES:
-            values["status.phase"] = (obj.get("status") or {}).get("phase", "")
-        return self.fields.matches(values)
+        return self.fields.matches({f: field_value(self.rt, obj, f) for f, _op, _value in self.fields.terms})
 
 
 MAX_RESOURCE_VERSION: Final = 2**63 - 2  # etcd revisions are int64, and a watch starts at resourceVersion + 1
@@ -120,6 +136,12 @@ def _phase(kv: KeyValue) -> str:
         return str((json.loads(kv.value).get("status") or {}).get("phase", ""))
     except (ValueError, AttributeError):
         return ""
+
+
+def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
+    """True for an object (not a namespace) being deleted whose finalizers are all gone."""
+    meta = obj.get("metadata") or {}
+    return rt is not NAMESPACES and bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -171,7 +193,8 @@ class _RecentStates:
 
 
 class Registry:
-    """ConfigMaps, Namespaces and Leases stored in a :class:`Backend` the way kube-apiserver stores them.
+    """Objects of every stored :class:`~.objects.ResourceType` in a :class:`Backend`, the way kube-apiserver
+    stores them.
 
     Thread-safe: all shared state is in the backend; every method blocks on
     backend calls only.  Errors are raised as :class:`~.errors.APIError`.
@@ -197,14 +220,18 @@ class Registry:
         return f"{self.prefix}/{rt.name}/"
 
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
-        """The stored form: canonical JSON without ``resourceVersion`` and ``selfLink``."""
+        """The stored form: canonical JSON of the stored type (:func:`~.objects.stored_type`) without
+        ``resourceVersion`` and ``selfLink``."""
         meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "selfLink")}
-        return json.dumps(canonical(rt, {**obj, "metadata": meta}), separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        stored = canonical(stored_type(rt), to_stored(rt, {**obj, "metadata": meta}))
+        return json.dumps(stored, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def decode(self, kv: KeyValue, rv: int | None = None) -> dict[str, Any]:
-        """The API form of a stored value, with ``resourceVersion`` = ``rv`` or its ``mod_revision``."""
+    def decode(self, kv: KeyValue, rv: int | None = None, rt: ResourceType | None = None) -> dict[str, Any]:
+        """The API form of a stored value as ``rt`` serves it (as stored if ``None``), with ``resourceVersion`` =
+        ``rv`` or its ``mod_revision``."""
         obj: dict[str, Any] = json.loads(kv.value)
+        if rt is not None:
+            obj = from_stored(rt, obj)
         return _with_rv(obj, rv if rv is not None else kv.mod_revision)
 
     # ------------------------------------------------------------------ setup
@@ -231,7 +258,7 @@ class Registry:
             self._recent.forget(key)
             raise errors.not_found(rt.qualified_name, name)
         self._recent.put(kv)
-        return self.decode(kv)
+        return self.decode(kv, rt=rt)
 
     def matcher(self, rt: ResourceType, label_selector: str | None, field_selector: str | None) -> Matcher:
         """Parse ``labelSelector`` and ``fieldSelector`` (400 if malformed or on an unsupported field)."""
@@ -281,11 +308,16 @@ class Registry:
         try:
             kvs, rev = self.backend.range(prefix, read_rev)
         except CompactedError:
-            if continue_token:
-                raise errors.expired(
-                    "The provided continue parameter is too old to display a consistent list result. "
-                    "You can start a new list without the continue parameter."
-                ) from None
+            if continue_token:  # as kube: a fresh token (revision -1 = the latest) continues inconsistently
+                exc = errors.expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start "
+                    "a new list without the continue parameter, or use the continue token in this response to "
+                    "retrieve the remainder of the results. Continuing with the provided token results in an "
+                    "inconsistent list - objects that were created, modified, or deleted between the time the "
+                    "first chunk was returned and now may show up in the list."
+                )
+                exc.list_meta = {"continue": self._encode_continue(-1, start_key, prefix)}
+                raise exc from None
             raise errors.expired("The resourceVersion for the provided list is too old.") from None
         except FutureRevisionError:
             raise errors.too_large_resource_version(read_rev, self._backend_call(self.backend.revision)) from None
@@ -296,7 +328,7 @@ class Registry:
         for i, kv in enumerate(kvs):
             if kv.key < start_key:
                 continue
-            obj = self.decode(kv)
+            obj = self.decode(kv, rt=rt)
             if not matcher.matches(obj):
                 continue
             if limit > 0 and len(items) == limit:
@@ -322,9 +354,9 @@ class Registry:
         except (ValueError, KeyError, TypeError, RecursionError):
             raise errors.bad_request("continue key is not valid: invalid token") from None
         if (not isinstance(rev, int) or isinstance(rev, bool) or not isinstance(start, str)
-                or not 0 < rev <= MAX_RESOURCE_VERSION or ".." in start or start.startswith("/")):
+                or not (0 < rev <= MAX_RESOURCE_VERSION or rev == -1) or ".." in start or start.startswith("/")):
             raise errors.bad_request("continue key is not valid: invalid token")
-        return rev, prefix + start
+        return max(rev, 0), prefix + start  # -1 (a token handed out with 410): continue at the latest revision
 
     def _backend_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -413,7 +445,7 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv)
+                return self.decode(result.kv, rt=rt)
             if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
                 guard = self._namespace_guard(rt, namespace, meta["name"])
                 continue
@@ -462,7 +494,7 @@ class Registry:
             if kv is None:
                 self._recent.forget(key)
                 raise errors.not_found(rt.qualified_name, name)
-            current = self.decode(kv)
+            current = self.decode(kv, rt=rt)
             try:
                 new = mutate(copy.deepcopy(current))
             except APIError:
@@ -480,11 +512,21 @@ class Registry:
                 return current  # no-op: nothing written, resourceVersion unchanged
             if opts.dry_run:
                 return _with_rv(new, kv.mod_revision)
+            if _finalized(rt, new):  # the last finalizer of an object being deleted is gone: delete it
+                result = self._backend_call(self.backend.delete, key, kv.mod_revision)
+                if result.succeeded:
+                    self._recent.forget(key)
+                    if namespace is not None:
+                        self._finish_namespace(namespace)
+                    return _with_rv(new, kv.mod_revision)
+                kv = result.kv
+                confirmed = True
+                continue
             result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv)
+                return self.decode(result.kv, rt=rt)
             kv = result.kv
             confirmed = True
 
@@ -504,6 +546,14 @@ class Registry:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
         _validate_update(rt, new, current)
+        if current["metadata"].get("deletionTimestamp"):
+            had = set(current["metadata"].get("finalizers") or ())
+            added = [f for f in new["metadata"].get("finalizers") or () if f not in had]
+            if added:
+                raise errors.invalid(rt.kind, rt.qualified_name, name, [(
+                    "FieldValueForbidden", "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new "
+                    "finalizers []string{" + ", ".join(json.dumps(f) for f in added) + "}")])
         return new
 
     def update(
@@ -543,18 +593,21 @@ class Registry:
         preconditions: dict[str, Any] | None,
         opts: WriteOptions,
     ) -> dict[str, Any]:
-        """Delete an object; returns a ``Status`` with ``status: Success``.
+        """Delete an object; returns a ``Status`` with ``status: Success`` once it is gone.
 
-        ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do
-        not hold give 409 Conflict.  Deleting a namespace first deletes its
-        ConfigMaps and Leases; the system namespaces cannot be deleted (403).
+        An object with ``metadata.finalizers`` is not removed: it gets ``deletionTimestamp`` (now) and
+        ``deletionGracePeriodSeconds`` (0), which one write (a MODIFIED event) stores, and the object is returned
+        (also when it was being deleted already); it is removed when an update takes its last finalizer away.
+        ``preconditions`` (``uid``/``resourceVersion`` from DeleteOptions) that do not hold give 409 Conflict.
+        Deleting a namespace deletes its objects (marking those with finalizers), then the namespace once it is
+        empty; the system namespaces cannot be deleted (403).
         """
         key = self.key(rt, namespace, name)
         kv, _ = self._backend_call(self.backend.get, key)
         while True:
             if kv is None:
                 raise errors.not_found(rt.qualified_name, name)
-            current = self.decode(kv)
+            current = self.decode(kv, rt=rt)
             meta = current["metadata"]
             for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
                 want = (preconditions or {}).get(field_name)
@@ -570,13 +623,35 @@ class Registry:
                 if not opts.dry_run:
                     self._delete_namespace(key, kv, current)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
+            if meta.get("finalizers"):
+                if meta.get("deletionTimestamp"):
+                    return current  # being deleted already: waiting for its finalizers
+                marked = self._mark_deleted(rt, current)
+                if opts.dry_run:
+                    return marked
+                result = self._backend_call(self.backend.update, key, self.encode(rt, marked), kv.mod_revision)
+                if result.succeeded:
+                    assert result.kv is not None
+                    self._recent.put(result.kv)
+                    return self.decode(result.kv, rt=rt)
+                kv = result.kv
+                continue
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if namespace is not None and meta.get("deletionTimestamp"):
+                    self._finish_namespace(namespace)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
+
+    def _mark_deleted(self, rt: ResourceType, current: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``current`` with ``deletionTimestamp`` (now) and ``deletionGracePeriodSeconds`` (0)."""
+        marked = copy.deepcopy(current)
+        marked["metadata"]["deletionTimestamp"] = format_time(self._clock())
+        marked["metadata"]["deletionGracePeriodSeconds"] = 0
+        return marked
 
     def _delete_namespace(self, key: str, kv: KeyValue, current: dict[str, Any]) -> None:
         """Delete a namespace as kube-apiserver and its namespace controller do, in one call: mark it
@@ -601,6 +676,9 @@ class Registry:
             name = current["metadata"]["name"]
             for rt in NAMESPACED:
                 self._delete_all(rt, name)
+            if self._namespace_has_objects(name):
+                self._report_remaining(key, name)
+                return  # objects with finalizers remain: the last one to go deletes the namespace
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded or result.kv is None:
                 self._recent.forget(key)
@@ -625,11 +703,77 @@ class Registry:
         return deleted, meta
 
     def _delete_all(self, rt: ResourceType, namespace: str) -> None:
+        """Delete every ``rt`` object of ``namespace``; those with finalizers are marked deleted instead."""
         kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)
         for kv in kvs:
             while kv is not None:
-                result = self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                meta = self.decode(kv)["metadata"]
+                if meta.get("finalizers"):
+                    if meta.get("deletionTimestamp"):
+                        break
+                    marked = self._mark_deleted(rt, self.decode(kv))
+                    result = self._backend_call(self.backend.update, kv.key, self.encode(rt, marked),
+                                                kv.mod_revision)
+                else:
+                    result = self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                if result.succeeded:
+                    self._recent.forget(kv.key)
                 kv = None if result.succeeded else result.kv
+
+    def _report_remaining(self, key: str, namespace: str) -> None:
+        """Set the conditions kube's namespace controller sets on a namespace waiting for finalizers
+        (``NamespaceContentRemaining``, ``NamespaceFinalizersRemaining``), so that ``kubectl get ns -o yaml``
+        shows what it waits for.  Retried on a conflict; nothing is written once the namespace is gone."""
+        while True:
+            kv, _ = self._backend_call(self.backend.get, key)
+            if kv is None:
+                return
+            resources: dict[str, int] = {}
+            finalizers: dict[str, int] = {}
+            for rt in NAMESPACED:
+                for item in self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]:
+                    resources[rt.qualified_name] = resources.get(rt.qualified_name, 0) + 1
+                    for f in self.decode(item)["metadata"].get("finalizers") or ():
+                        finalizers[f] = finalizers.get(f, 0) + 1
+            if not resources:
+                return  # emptied meanwhile: whoever emptied it deletes the namespace
+            ns = self.decode(kv)
+            now = format_time(self._clock())
+            ns.setdefault("status", {})["conditions"] = [
+                {"type": "NamespaceContentRemaining", "status": "True", "lastTransitionTime": now,
+                 "reason": "SomeResourcesRemain", "message": "Some resources are remaining: " + ", ".join(
+                     f"{r} has {n} resource instances" for r, n in sorted(resources.items()))},
+                {"type": "NamespaceFinalizersRemaining", "status": "True", "lastTransitionTime": now,
+                 "reason": "SomeFinalizersRemain",
+                 "message": "Some content in the namespace has finalizers remaining: " + ", ".join(
+                     f"{f} in {n} resource instances" for f, n in sorted(finalizers.items()))},
+            ]
+            data = self.encode(NAMESPACES, ns)
+            if data == kv.value:
+                return
+            result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
+            if result.succeeded:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                return
+
+    def _namespace_has_objects(self, namespace: str) -> bool:
+        return any(self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]
+                   for rt in NAMESPACED)
+
+    def _finish_namespace(self, namespace: str) -> None:
+        """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is
+        terminating and now empty, delete it (the part of kube's namespace controller that waits for finalizers).
+        Whichever of this and the namespace's own deletion looks last sees it empty, so one of them deletes it."""
+        ns_key = self.key(NAMESPACES, None, namespace)
+        while True:
+            ns_kv, _ = self._backend_call(self.backend.get, ns_key)
+            if ns_kv is None or _phase(ns_kv) != "Terminating" or self._namespace_has_objects(namespace):
+                return
+            result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            if result.succeeded or result.kv is None:
+                self._recent.forget(ns_key)
+                return
 
     # ------------------------------------------------------------------ watch
     def watch(
@@ -659,7 +803,7 @@ class Registry:
         if resource_version in ("", "0") or send_initial_events:
             kvs, rev = self._backend_call(self.backend.range, prefix, 0)
             for kv in kvs:
-                obj = self.decode(kv)
+                obj = self.decode(kv, rt=rt)
                 if matcher.matches(obj):
                     initial.append({"type": "ADDED", "object": obj})
             if send_initial_events:
@@ -762,13 +906,13 @@ class ObjectWatch:
         for ev in batch:
             rev = ev.kv.mod_revision
             self.last_rv = max(self.last_rv, rev)
-            old = reg.decode(ev.prev, rev) if ev.prev is not None else None
+            old = reg.decode(ev.prev, rev, self.rt) if ev.prev is not None else None
             old_match = old is not None and self._matcher.matches(old)
             if ev.type == "DELETE":
                 if old is not None and old_match:
                     out.append({"type": "DELETED", "object": old})
                 continue
-            new = reg.decode(ev.kv)
+            new = reg.decode(ev.kv, rt=self.rt)
             new_match = self._matcher.matches(new)
             if ev.kv.create_revision == rev:
                 if new_match:

@@ -14,8 +14,8 @@ namespaces at ``{resource}``).
 
 Server-side apply (``application/apply-patch+yaml``) is answered with 415
 Unsupported Media Type; kubectl then reports that server-side apply is not
-available.  Protobuf *request* bodies of ConfigMaps and Namespaces are accepted
-(``kubectl create configmap|namespace`` sends them); responses are always JSON,
+available.  Protobuf *request* bodies of ConfigMaps, Namespaces and the self reviews are accepted
+(``kubectl create configmap|namespace`` and ``kubectl auth`` send them); responses are always JSON,
 which every client accepts.
 """
 
@@ -42,7 +42,7 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 
 from . import discovery, errors
 from .errors import APIError
-from .objects import ResourceType, resource_for, to_table
+from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, resource_for, to_table
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
@@ -141,6 +141,15 @@ class _Request:
         return value
 
 
+def _verb(method: str, named: bool, watch: bool) -> str:
+    """The API verb of a request (as discovery lists verbs)."""
+    if method == "GET":
+        return "watch" if watch else "get" if named else "list"
+    if method == "DELETE":
+        return "delete" if named else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
+
+
 def _wants_table(accept: str) -> bool:
     for part in accept.split(","):
         params = {p.strip().split("=", 1)[0]: p.strip().split("=", 1)[-1] for p in part.split(";")[1:]}
@@ -201,6 +210,11 @@ class APIServer:
     ``watch_buffer``: events one watch may hold undelivered before the server ends it (a client that stops
     reading).  ``storage_threads``: the bound of the thread pool that runs blocking storage calls.
 
+    ``user``: the user name a request with the token is authenticated as (in the groups ``system:masters`` and
+    ``system:authenticated``), as ``SelfSubjectReview`` (``kubectl auth whoami``) reports it; without a token
+    every request is ``system:anonymous``.  Nothing is authorized: every ``SelfSubjectAccessReview``
+    (``kubectl auth can-i``) answers allowed.
+
     ``/healthz`` and ``/livez`` answer 200 while the server runs; ``/readyz`` answers 200 only if storage answers
     within 2 s (503 otherwise).
     """
@@ -218,10 +232,13 @@ class APIServer:
         limits: HTTPLimits | None = None,
         watch_buffer: int = DEFAULT_WATCH_BUFFER,
         storage_threads: int = 16,
+        user: str = "keyqueue-admin",
     ) -> None:
         if not isinstance(watch_buffer, int) or isinstance(watch_buffer, bool) or watch_buffer < 1:
             raise ValueError(f"watch_buffer must be a positive int, got {type(watch_buffer).__name__}: "
                              f"{watch_buffer!r}")
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user must be a non-empty str, got {type(user).__name__}: {user!r}")
         if not isinstance(storage_threads, int) or isinstance(storage_threads, bool) or storage_threads < 1:
             raise ValueError(f"storage_threads must be a positive int, got {type(storage_threads).__name__}: "
                              f"{storage_threads!r}")
@@ -229,6 +246,7 @@ class APIServer:
         self.host = host
         self.port = port
         self.token = token
+        self.user = user
         self._token_bytes = token.encode() if token is not None else None
         self.ssl_context = ssl_context
         self.bookmark_interval = bookmark_interval
@@ -374,6 +392,9 @@ class APIServer:
             if rt is None or len(rest) > 2 or (rt.namespaced and len(rest) == 2):
                 raise errors.path_not_found()
         name = rest[1] if len(rest) == 2 else None
+        verb = _verb(req.method, name is not None, watch_path or req.flag("watch"))
+        if verb not in rt.discovery_verbs:
+            raise errors.method_not_allowed(req.method)
         if watch_path or (req.method == "GET" and name is None and req.flag("watch")):
             return await self._watch(req, rt, namespace, name)
         if name is None:
@@ -454,6 +475,8 @@ class APIServer:
                 raise errors.method_not_allowed("POST")
             opts = self._options(req)
             body = self._json_body(req, rt)
+            if rt in REVIEWS:
+                return _json_response(201, self._review(req, rt, body, opts), opts.warnings)
             obj = await self._call(reg.create, rt, namespace, body, opts)
             return _json_response(201, obj, opts.warnings)
         if req.method == "DELETE" and rt.namespaced and namespace is not None:
@@ -487,14 +510,68 @@ class APIServer:
         if req.method == "DELETE":
             opts = self._options(req)
             preconditions = None
+            policy = req.arg("propagationPolicy")
             if req.body.strip():
                 delete_options = _loads(req.body, "malformed DeleteOptions body")
                 if isinstance(delete_options, dict):
                     preconditions = delete_options.get("preconditions")
                     if delete_options.get("dryRun") == ["All"]:
                         opts.dry_run = True
+                    policy = delete_options.get("propagationPolicy") or policy
+            # Accepted as kube does; there is no garbage collector, so no policy deletes dependents (and
+            # Foreground/Orphan add no finalizer that nothing would remove).
+            if policy not in ("", "Orphan", "Background", "Foreground"):
+                raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                    "FieldValueNotSupported", "propagationPolicy",
+                    f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
+                    "\"Background\", \"Orphan\"")])
+            if preconditions is not None and not isinstance(preconditions, dict):
+                raise errors.bad_request("DeleteOptions.preconditions must be an object")
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
+
+    # ------------------------------------------------------------------ reviews
+    def _user_info(self, http: web.BaseRequest) -> dict[str, Any]:
+        """Who the request is from: :attr:`user` when it carried the server's token, else ``system:anonymous``
+        (a server without a token takes every request as anonymous, and allows it)."""
+        if self._token_bytes is not None and http.headers.get("Authorization", "").startswith("Bearer "):
+            return {"username": self.user, "groups": ["system:masters", "system:authenticated"]}
+        return {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
+
+    def _review(self, req: _Request, rt: ResourceType, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        """Answer a SelfSubjectAccessReview (every request is allowed: no authorization), a SelfSubjectRulesReview
+        (every verb on everything) or a SelfSubjectReview (the requester's user info).  Nothing is stored; 422 for
+        an access review that names neither or both of ``resourceAttributes`` and ``nonResourceAttributes``, and
+        for a rules review without ``spec.namespace``."""
+        obj = self.registry.decode_body(rt, body, opts)
+        meta = obj["metadata"]
+        meta.pop("namespace", None)
+        meta["creationTimestamp"] = None
+        if rt is SELF_SUBJECT_REVIEWS:
+            obj["status"] = {"userInfo": self._user_info(req.http)}
+            return obj
+        if rt is SELF_SUBJECT_RULES_REVIEWS:
+            if not (obj.get("spec") or {}).get("namespace"):
+                raise errors.invalid(rt.kind, rt.qualified_name, "", [
+                    ("FieldValueRequired", "spec.namespace", "Required value")])
+            obj["status"] = {
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                "incomplete": False,
+            }
+            return obj
+        spec = obj.get("spec") or {}
+        if "resourceAttributes" in spec and "nonResourceAttributes" in spec:
+            raise errors.invalid(rt.kind, rt.qualified_name, "", [(
+                "FieldValueInvalid", "spec.nonResourceAttributes",
+                "Invalid value: cannot be specified in combination with resourceAttributes")])
+        if "resourceAttributes" not in spec and "nonResourceAttributes" not in spec:
+            raise errors.invalid(rt.kind, rt.qualified_name, "", [(
+                "FieldValueRequired", "spec.resourceAttributes",
+                "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified")])
+        obj["spec"] = spec
+        obj["status"] = {"allowed": True, "reason": "keyqueue's test API server allows every request"}
+        return obj
 
     # ------------------------------------------------------------------ watch
     async def _watch(self, req: _Request, rt: ResourceType, namespace: str | None,

@@ -65,7 +65,7 @@ def kubeconfig_text(server: str, *, ca_pem: bytes | None = None, token: str | No
 
 
 class TestAPIServer:
-    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces and Leases (not kube-apiserver).
+    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces, Events and Leases (not kube-apiserver).
 
     ``with TestAPIServer() as s:`` starts, in order: etcd on free loopback ports
     (unless ``backend="memory"``, a :class:`~.storage.Backend` instance, or an
@@ -78,7 +78,8 @@ class TestAPIServer:
 
     ``tls=True`` serves HTTPS with a throwaway CA (needs the ``openssl``
     command); ``token`` requires ``Authorization: Bearer <token>``
-    (``token=True`` picks a random one).  ``compaction_interval`` (seconds):
+    (``token=True`` picks a random one), and such requests are from the user ``user`` (what
+    ``kubectl auth whoami`` shows; nothing is authorized, every request is allowed).  ``compaction_interval`` (seconds):
     compact storage periodically like kube-apiserver (every 5 min by default
     there), each time up to the revision seen one interval earlier; ``None``
     (the default) never compacts on its own.  ``limits`` (connections, header,
@@ -109,7 +110,10 @@ class TestAPIServer:
         compaction_interval: float | None = None,
         limits: HTTPLimits | None = None,
         watch_buffer: int = DEFAULT_WATCH_BUFFER,
+        user: str = "keyqueue-admin",
     ) -> None:
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user must be a non-empty str, got {type(user).__name__}: {user!r}")
         if not isinstance(backend, Backend) and backend not in ("etcd", "memory"):
             raise ValueError(f"unknown backend {backend!r}: use 'etcd', 'memory' or a Backend instance")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
@@ -132,6 +136,7 @@ class TestAPIServer:
         self.compaction_interval = compaction_interval
         self.limits = limits
         self.watch_buffer = watch_buffer
+        self.user = user
         self._compactor: threading.Thread | None = None
         self._stop_compactor = threading.Event()
         self.etcd: EtcdProcess | None = None
@@ -217,7 +222,7 @@ class TestAPIServer:
             ssl_context = server_ssl_context(certs)
         self._server = APIServer(self._registry, self.host, self._port, token=self.token,
                                  ssl_context=ssl_context, bookmark_interval=self.bookmark_interval,
-                                 limits=self.limits, watch_buffer=self.watch_buffer)
+                                 limits=self.limits, watch_buffer=self.watch_buffer, user=self.user)
         self._server.start()
         self.write_kubeconfig(self.kubeconfig_path)
         if self.compaction_interval:
