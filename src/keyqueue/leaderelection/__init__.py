@@ -24,10 +24,7 @@ called for a released Lease (holder ``""``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
 
-from keyqueue.clock import Clock
 from keyqueue.leaderelection._client import LeaseAPIError, LeaseClient, LeaseConflict
 from keyqueue.leaderelection._core import ElectionConfig, ElectorCore, LeaseRecord, format_micro_time
 from keyqueue.leaderelection._elector import ElectorBase, log
@@ -71,28 +68,7 @@ class LeaderElector(ElectorBase):
     or bad durations, before any request is made.
     """
 
-    def __init__(
-        self,
-        api_client: Any,
-        *,
-        name: str,
-        namespace: str,
-        identity: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
-        release_on_cancel: bool = True,
-        on_started_leading: Callable[[], Any] | None = None,
-        on_stopped_leading: Callable[[], Any] | None = None,
-        on_new_leader: Callable[[str], Any] | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(
-            api_client, name=name, namespace=namespace, identity=identity, lease_duration=lease_duration,
-            renew_deadline=renew_deadline, retry_period=retry_period, release_on_cancel=release_on_cancel,
-            on_started_leading=on_started_leading, on_stopped_leading=on_stopped_leading,
-            on_new_leader=on_new_leader, clock=clock,
-        )
+    def _init_shell(self) -> None:
         self._cond = threading.Condition()
         self._stop_requested = False
         self._running = False

@@ -25,7 +25,8 @@ def _check_callback(arg: str, fn: object) -> Any:
 
 
 class ElectorBase:
-    """Construction, :meth:`is_leader`, :meth:`leader` and the blocking attempt/release steps. Not public."""
+    """Construction (the public signature of both electors, with client-go's controller defaults), :meth:`is_leader`,
+    :meth:`leader` and the blocking attempt/release steps. Not public."""
 
     def __init__(
         self,
@@ -34,14 +35,14 @@ class ElectorBase:
         name: str,
         namespace: str,
         identity: str,
-        lease_duration: float,
-        renew_deadline: float,
-        retry_period: float,
-        release_on_cancel: bool,
-        on_started_leading: Callable[[], Any] | None,
-        on_stopped_leading: Callable[[], Any] | None,
-        on_new_leader: Callable[[str], Any] | None,
-        clock: Clock | None,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        release_on_cancel: bool = True,
+        on_started_leading: Callable[[], Any] | None = None,
+        on_stopped_leading: Callable[[], Any] | None = None,
+        on_new_leader: Callable[[str], Any] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = ElectionConfig.check(
             name=name, namespace=namespace, identity=identity, lease_duration=lease_duration,
@@ -63,6 +64,10 @@ class ElectorBase:
         self._lock = threading.Lock()  # guards the core: attempts may run in a worker thread (asyncio shell)
         self._listeners: list[tuple[Callable[[], Any], Callable[[], Any]]] = []
         self._random = random.Random()
+        self._init_shell()
+
+    def _init_shell(self) -> None:
+        """What the threaded or asyncio elector adds to construction (called last by ``__init__``)."""
 
     # -- queries --------------------------------------------------------------------------------------------------
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable
 from typing import Any
 
-from keyqueue.clock import Clock
 from keyqueue.leaderelection._elector import ElectorBase, log
 
 __all__ = ["LeaderElector"]
@@ -29,28 +27,7 @@ class LeaderElector(ElectorBase):
     (a coroutine) ends it: stop leading, then release if ``release_on_cancel``.
     """
 
-    def __init__(
-        self,
-        api_client: Any,
-        *,
-        name: str,
-        namespace: str,
-        identity: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
-        release_on_cancel: bool = True,
-        on_started_leading: Callable[[], Any] | None = None,
-        on_stopped_leading: Callable[[], Any] | None = None,
-        on_new_leader: Callable[[str], Any] | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(
-            api_client, name=name, namespace=namespace, identity=identity, lease_duration=lease_duration,
-            renew_deadline=renew_deadline, retry_period=retry_period, release_on_cancel=release_on_cancel,
-            on_started_leading=on_started_leading, on_stopped_leading=on_stopped_leading,
-            on_new_leader=on_new_leader, clock=clock,
-        )
+    def _init_shell(self) -> None:
         self._stop_requested = False
         self._running = False
         self._task: asyncio.Task[None] | None = None
