@@ -104,10 +104,12 @@ def test_asyncio_acquire_release_handover(api_client: Any) -> None:
     kw: dict[str, Any] = {"name": name, "namespace": "default", "lease_duration": LD, "renew_deadline": RD,
                           "retry_period": RP}
     seen: list[str] = []
+    started_b = asyncio.Event()
 
     async def on_started_b() -> None:  # a coroutine callback runs as its own task
         await asyncio.sleep(0)
         seen.append("b started")
+        started_b.set()
 
     async def main() -> None:
         a = le_aio.LeaderElector(api_client, identity="a", **kw, **log.callbacks("a"))
@@ -125,7 +127,8 @@ def test_asyncio_acquire_release_handover(api_client: Any) -> None:
         while not b.is_leader():
             await asyncio.sleep(0.01)
         assert time.monotonic() - released <= RP + 0.5
-        await asyncio.sleep(0)
+        # is_leader() turns True when the attempt succeeds; the callback task is started right after, on the loop.
+        await asyncio.wait_for(started_b.wait(), WAIT)
         assert seen == ["b started"]
         assert await b.stop(WAIT)
         assert not b.is_leader()
