@@ -23,25 +23,17 @@ from typing import Any, Self
 from redis.exceptions import NoScriptError, RedisError
 
 from keyqueue._core import AddResult, QueueStats, check_timeout
-from keyqueue.clock import Clock
 from keyqueue.errors import ShutDown
-from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
-from keyqueue.redis._metrics import detach, recorder_for_redis
+from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
-    OPERATIONS,
-    HandleState,
     _text,
-    describe_url,
-    limiter_tree,
     log,
-    script_sha,
     script_source,
-    socket_timeout_of,
     translate,
     translated,
 )
 from keyqueue.redis.errors import RedisQueueError
-from keyqueue.redis.threaded import client_for
+from keyqueue.redis.threaded import RateLimitedHandle, _HandleBase
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
@@ -60,7 +52,7 @@ async def _heartbeat(ref: weakref.ReferenceType[Queue], interval: float) -> None
         del queue
 
 
-class Queue:
+class Queue(_HandleBase):
     """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
     ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
     ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
@@ -70,43 +62,14 @@ class Queue:
     loop, so this handle reads the shared depth there through a small synchronous ``redis.Redis`` to the same server
     (same host, port, db, credentials and timeouts), built at the first scrape and closed by :meth:`aclose`."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: Any = None,
-        url: str | None = None,
-        lease: float = 30.0,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        clock: Clock | None = None,
-    ) -> None:
-        if client is not None and url is not None:
-            raise ValueError("give client= or url=, not both")
-        if client is None:
-            client, shown = client_for(url, asyncio=True)
-            self._owns_client = True
-        else:
-            shown = describe_url(client)
-            self._owns_client = False
-        self._client = client
-        self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
-        self.name = state.name
-        self.url = shown
-        self.clock = clock
-        self.lease_seconds = state.lease
-        self._evalsha = client.evalsha
-        self._sha = {op: script_sha(op) for op in OPERATIONS}
-        self._socket_timeout = socket_timeout_of(client)
+    _ASYNC = True
+
+    def _init_shell(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.Task[None] | None = None
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
-        state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
-                                           lock=state.lock, read_depth=self._depth)
-        if clock is not None:
-            clock.subscribe(self._on_clock_jump)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -445,25 +408,8 @@ class DelayingQueue(Queue):
         return state.on_add(await self._call("add_after", args), retry=True)
 
 
-class RateLimitingQueue(DelayingQueue):
+class RateLimitingQueue(RateLimitedHandle, DelayingQueue):
     """A :class:`DelayingQueue` with the shared rate limiter of :class:`keyqueue.redis.RateLimitingQueue`."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: Any = None,
-        url: str | None = None,
-        lease: float = 30.0,
-        rate_limiter: RateLimiter[Any] | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        clock: Clock | None = None,
-    ) -> None:
-        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
-        self._tree = limiter_tree(self.rate_limiter)
-        super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
-                         clock=clock)
 
     async def add_rate_limited(self, key: str) -> AddResult:
         state = self._state

@@ -77,7 +77,81 @@ def _heartbeat(ref: weakref.ReferenceType[Queue], stop: threading.Event, interva
         del queue
 
 
-class Queue:
+class _HandleBase:
+    """What both Redis shells' handles share: the constructor (its arguments are each shell's ``Queue``'s, see
+    there) and the bookkeeping it sets up. A shell sets ``_ASYNC`` and adds its own waiting state in
+    :meth:`_init_shell`."""
+
+    _ASYNC: bool
+    _state: HandleState
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        if client is not None and url is not None:
+            raise ValueError("give client= or url=, not both")
+        if client is None:
+            client, shown = client_for(url, asyncio=self._ASYNC)
+            self._owns_client = True
+        else:
+            shown = describe_url(client)
+            self._owns_client = False
+        self._client = client
+        self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
+        self.name = state.name
+        self.url = shown
+        self.clock = clock
+        self.lease_seconds = state.lease
+        self._evalsha = client.evalsha
+        self._sha = {op: script_sha(op) for op in OPERATIONS}
+        self._socket_timeout = socket_timeout_of(client)
+        self._init_shell()
+        state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
+                                           lock=state.lock, read_depth=self._depth)
+        if clock is not None:
+            clock.subscribe(self._on_clock_jump)
+
+    def _init_shell(self) -> None:
+        raise NotImplementedError
+
+    def _depth(self) -> int:
+        raise NotImplementedError
+
+    def _on_clock_jump(self) -> None:
+        raise NotImplementedError
+
+
+class RateLimitedHandle(_HandleBase):
+    """Both shells' ``RateLimitingQueue`` constructor: the handle's arguments plus ``rate_limiter``, turned once into
+    the description the Lua scripts evaluate (``TypeError`` for a limiter that is not :mod:`keyqueue.ratelimit`'s)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any = None,
+        url: str | None = None,
+        lease: float = 30.0,
+        rate_limiter: RateLimiter[Any] | None = None,
+        metrics_provider: Any = None,
+        stats: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
+        self._tree = limiter_tree(self.rate_limiter)
+        super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
+                         clock=clock)
+
+
+class Queue(_HandleBase):
     """A work queue shared through Redis by every handle with the same ``name``, in any process on any host.
 
     ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None)``.
@@ -109,41 +183,13 @@ class Queue:
     the keys this handle holds. Handles of one queue on one provider report the depth once.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: Any = None,
-        url: str | None = None,
-        lease: float = 30.0,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        clock: Clock | None = None,
-    ) -> None:
-        if client is not None and url is not None:
-            raise ValueError("give client= or url=, not both")
-        if client is None:
-            client, shown = client_for(url, asyncio=False)
-            self._owns_client = True
-        else:
-            shown = describe_url(client)
-            self._owns_client = False
-        self._client = client
-        self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
-        self.name = state.name
-        self.url = shown
-        self.clock = clock
-        self.lease_seconds = state.lease
-        self._evalsha = client.evalsha
-        self._sha = {op: script_sha(op) for op in OPERATIONS}
-        self._socket_timeout = socket_timeout_of(client)
-        self._idle = threading.Condition(state.lock)  # shut_down_with_drain() waits here for held keys to finish
+    _ASYNC = False  # client_for(..., asyncio=_ASYNC): a redis.Redis here, a redis.asyncio.Redis in the aio shell
+
+    def _init_shell(self) -> None:
+        # After the handle's state exists (_HandleBase.__init__), before metrics and the clock can call back.
+        self._idle = threading.Condition(self._state.lock)  # shut_down_with_drain() waits here for held keys to finish
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
-                                           lock=state.lock, read_depth=self._depth)
-        if clock is not None:
-            clock.subscribe(self._on_clock_jump)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -428,7 +474,7 @@ class DelayingQueue(Queue):
         return state.on_add(self._call("add_after", args), retry=True)
 
 
-class RateLimitingQueue(DelayingQueue):
+class RateLimitingQueue(RateLimitedHandle, DelayingQueue):
     """A :class:`DelayingQueue` whose failed keys come back after a delay from a shared rate limiter.
 
     ``rate_limiter`` (default :func:`~keyqueue.default_controller_rate_limiter`) describes the limiter; its state —
@@ -436,23 +482,6 @@ class RateLimitingQueue(DelayingQueue):
     same arithmetic as :mod:`keyqueue.ratelimit` on Redis's clock. Only :mod:`keyqueue.ratelimit`'s limiters can be
     used (``TypeError`` otherwise).
     """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: Any = None,
-        url: str | None = None,
-        lease: float = 30.0,
-        rate_limiter: RateLimiter[Any] | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        clock: Clock | None = None,
-    ) -> None:
-        self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
-        self._tree = limiter_tree(self.rate_limiter)
-        super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
-                         clock=clock)
 
     def add_rate_limited(self, key: str) -> AddResult:
         """Record a failure of ``key`` in the shared limiter and ``add_after`` it by the limiter's delay, in one
