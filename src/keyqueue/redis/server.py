@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from keyqueue.apiserver.etcd import _die_with_parent_hook, free_port
+from keyqueue._procs import die_with_parent_hook, free_port
 
 __all__ = ["RedisServer", "RedisStartError", "find_redis_server"]
 
@@ -136,7 +136,7 @@ class RedisServer:
         ]
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent_hook(),
+            preexec_fn=die_with_parent_hook(),
         )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
