@@ -164,12 +164,9 @@ def redis_threaded(kind: str, *args: Any, **kwargs: Any) -> Any:
     return cls(name, *args, **kwargs)
 
 
-class RedisAioFacade:
-    """A keyqueue.redis.aio queue behind the synchronous API: every coroutine runs in a private loop thread."""
-
-    def __init__(self, queue: Any) -> None:
-        self.queue = queue
-        self._loop = LoopThread()
+class RedisAioFacade(AioFacade):
+    """A keyqueue.redis.aio queue behind the synchronous API: every coroutine (``add``, ``done``, ``len`` ... are
+    coroutines there too) runs in the private loop thread; ``get``, ``lease`` and iteration as :class:`AioFacade`."""
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.queue, name)
@@ -183,30 +180,6 @@ class RedisAioFacade:
 
     def __len__(self) -> int:
         return self._loop.run(self.queue.len())
-
-    @contextmanager
-    def lease(self, timeout: float | None = None) -> Iterator[Any]:
-        cm = self.queue.lease(timeout)
-        key = self._loop.run(cm.__aenter__())
-        try:
-            yield key
-        except BaseException as exc:
-            self._loop.run(cm.__aexit__(type(exc), exc, exc.__traceback__))
-            raise
-        else:
-            self._loop.run(cm.__aexit__(None, None, None))
-
-    def __iter__(self) -> Iterator[Any]:
-        it = self.queue.__aiter__()
-        try:
-            while True:
-                try:
-                    key = self._loop.run(it.__anext__())
-                except StopAsyncIteration:
-                    return
-                yield key
-        finally:
-            self._loop.run(it.aclose())
 
     def close(self) -> None:
         self._loop.run(self.queue.aclose())
