@@ -24,7 +24,7 @@ import keyqueue
 from keyqueue import AddResult, FakeClock
 from keyqueue._core import _SUPERSEDED, DEDUP, DROPPED, MARKED, QUEUED, QueueCore
 from keyqueue._priority_core import PriorityCore
-from tests.test_edges import KINDS, Touchy, _build
+from tests.test_edges import KINDS, Mutable, Touchy, _build
 
 
 class KeyFault(Exception):
@@ -412,3 +412,22 @@ def test_an_aio_controller_hands_out_the_others_first_when_a_keys_eq_raises(
     seen = asyncio.run(main())
     assert seen.index("c") < seen.index(b) and len(seen) == 3
     assert "__eq__ of b and a" in " ".join(r.getMessage() for r in caplog.records)
+
+
+# -- the undetectable mutation (item 3 of the brief) ------------------------------------------------------------
+
+
+def test_a_key_mutated_to_equal_another_live_key_is_taken_for_it(make_rl: Any) -> None:
+    """Documented, not detectable: after ``b`` is mutated to equal ``a`` (which is queued), an add of ``b`` is an
+    add of ``a`` — ``DEDUP``, no error — exactly what an add of an equal key looks like."""
+    q = make_rl(Limiter())
+    a, b = Mutable(1), Mutable(2)
+    q.add(a)
+    b.h = 1  # b was never added; now b == a
+    assert q.add(b) is AddResult.DEDUP
+    assert len(q) == 1
+    assert q.get(timeout=0) is a
+    assert q.add(b) is AddResult.MARKED  # an add of a, which is being processed
+    assert q.done(b) is True  # finishes a (equal), which is queued again once
+    assert q.get(timeout=0) == a  # a, or b standing for it: the queue cannot tell them apart
+    assert len(q) == 0
