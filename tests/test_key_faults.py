@@ -14,6 +14,8 @@ must fail (the controls).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -431,3 +433,55 @@ def test_a_key_mutated_to_equal_another_live_key_is_taken_for_it(make_rl: Any) -
     assert q.done(b) is True  # finishes a (equal), which is queued again once
     assert q.get(timeout=0) == a  # a, or b standing for it: the queue cannot tell them apart
     assert len(q) == 0
+
+
+class _CountFailedGets(logging.Handler):
+    """Counts a Controller's "taking a key from the queue failed" records; sets ``reached`` at ``n``."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.count, self.reached = n, 0, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "taking a key from the queue failed" in record.getMessage():
+            self.count += 1
+            if self.count >= self.n:
+                self.reached.set()
+
+
+def test_a_controller_worker_pauses_between_consecutive_failed_gets() -> None:
+    """No pause after one failed get; then 5 ms, doubling up to 1 s (the schedule, not a timing)."""
+    ctl: keyqueue.Controller[str] = keyqueue.Controller(lambda key: None)
+    pauses = [ctl._get_failed(RuntimeError("x"), n) for n in range(1, 12)]
+    assert pauses[:3] == [0.0, 0.005, 0.01] and pauses[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(pauses))
+
+
+@pytest.mark.parametrize("use_priority_queue", [True, False], ids=["priority", "plain"])
+def test_a_key_whose_hand_out_keeps_failing_is_delivered_once_the_conflict_ends(use_priority_queue: bool) -> None:
+    """``b`` fails every hand-out while ``a`` is being processed; ``a`` is released after the third failure.
+    The failing worker survives every one (pausing between them) and then delivers ``b``."""
+    a, b = Touchy("a"), Touchy("b")
+    counter = _CountFailedGets(3)
+    log = logging.getLogger("tests.key_faults")
+    log.addHandler(counter)
+    finished = threading.Event()
+
+    def reconcile(key: object) -> None:
+        if key is a:
+            assert counter.reached.wait(10)
+            b.explosive = False  # the conflict ends with a's reconcile
+        elif key is b:
+            finished.set()
+
+    try:
+        ctl: keyqueue.Controller[Any] = keyqueue.Controller(
+            reconcile, workers=2, use_priority_queue=use_priority_queue, logger=log)
+        ctl.queue.add(a)
+        ctl.queue.add(b)
+        b.explosive = True
+        with ctl:
+            assert finished.wait(10)
+    finally:
+        log.removeHandler(counter)
+    assert counter.count >= 3
