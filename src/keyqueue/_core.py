@@ -622,12 +622,13 @@ class QueueCore(Generic[T]):
         except TypeError:
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
-        if self.metrics is not None:
-            self.metrics.done(item, self.clock.now_ns())
         if requeue:
             self.fifo.append(item)
-            return True
-        return False
+        if self.metrics is not None:
+            # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the
+            # key finished, and queued again if it was re-added); only the metric misses this done.
+            self.metrics.done(item, self.clock.now_ns())
+        return requeue
 
     def ready_len(self) -> int:
         """Keys waiting in the fifo (after firing what is due): not processing, not delayed."""

@@ -270,12 +270,13 @@ class PriorityCore(Generic[T]):
                 self._waiting.clear()  # only superseded entries are left: let go of their keys
                 self._stale_waiting.clear()
         self._ready_n += 1
+        if not marked:
+            self._push_ready(entry)
         if self.metrics is not None:
+            # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent, the
+            # key queued, and only the metric without this add.
             self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns, priority)
-        if marked:
-            return MARKED
-        self._push_ready(entry)
-        return QUEUED
+        return MARKED if marked else QUEUED
 
     def _raise_ready(self, item: T, old: tuple[int, int, T], priority: int) -> AddResult:
         # A ready key gets a higher priority and a fresh counter: the back of its new priority's line.
@@ -361,14 +362,14 @@ class PriorityCore(Generic[T]):
                 heap.clear()  # only superseded entries are left (ends this loop): let go of their keys
                 self._stale_waiting.clear()
             self._ready_n += 1
-            if metrics is not None:
-                metrics.add(item, entry[0], -entry[1])
             if marked:
                 self._promoted(MARKED)
             else:
                 self._push_ready(ready)
                 self._promoted(QUEUED)
             fired += 1
+            if metrics is not None:
+                metrics.add(item, entry[0], -entry[1])  # last, as in _add_ready
         return fired
 
     def _drop_due(self, item: T) -> None:
@@ -549,12 +550,12 @@ class PriorityCore(Generic[T]):
         except TypeError:
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
+        requeue = entry is not None and len(entry) == 3
+        if requeue:
+            self._push_ready(entry)  # type: ignore[arg-type]  # len() == 3: the ready 3-tuple
         if self.metrics is not None:
-            self.metrics.done(item, self.clock.now_ns())
-        if entry is not None and len(entry) == 3:
-            self._push_ready(entry)  # len() narrows the union to the ready 3-tuple
-            return True
-        return False
+            self.metrics.done(item, self.clock.now_ns())  # last, as in QueueCore.done
+        return requeue
 
     def ready_len(self) -> int:
         """Ready keys (after making due keys ready), including keys re-added while being processed; keys still
