@@ -231,6 +231,7 @@ class Controller(ControllerBase[T]):
 
     async def _worker(self) -> None:
         elector = self._elector
+        failures = 0  # consecutive failed gets
         try:
             while not self._dropping:
                 if elector is not None and not await self._await_leading():
@@ -240,9 +241,14 @@ class Controller(ControllerBase[T]):
                 except ShutDown:
                     return
                 except Exception as exc:  # a worker survives anything a key does
-                    self._get_failed(exc)
+                    failures += 1
+                    pause = self._get_failed(exc, failures)
                     await asyncio.sleep(0)  # a get() that fails at once must not starve the other tasks
+                    if pause and self._wake is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), pause)  # woken early by a stop
                     continue
+                failures = 0
                 if self._dropping:
                     self._done(key)  # stopping without drain: the key is dropped
                     return

@@ -44,6 +44,7 @@ __all__ = [
     "check_hashable",
     "check_ordering",
     "check_timeout",
+    "discard_identity",
     "holds",
     "purge_stale",
 ]
@@ -163,6 +164,20 @@ def purge_stale(container: set[Any] | dict[Any, Any], item: object) -> int:
         if findable:
             container.add(item)
     return stale
+
+
+def discard_identity(container: set[Any] | dict[Any, Any], item: object) -> None:
+    """Remove the very object ``item`` from ``container`` without calling any method of ``item`` (its ``__hash__``
+    or ``__eq__`` may be what just raised): the container is rebuilt from its other entries. O(len(container));
+    only the undo of a change that a later failure of the same call must take back uses it."""
+    if isinstance(container, dict):
+        kept = [(k, v) for k, v in container.items() if k is not item]
+        container.clear()
+        container.update(kept)
+    else:
+        kept_keys = [k for k in container if k is not item]
+        container.clear()
+        container.update(kept_keys)
 
 
 class _Empty:
@@ -330,15 +345,20 @@ class QueueCore(Generic[T]):
             if touch is not None and item not in self.processing:
                 touch(item)  # client-go's Queue.Touch: an add of a waiting key (e.g. to re-prioritise it)
             return DEDUP
-        # Every lookup (each may call the key's own __eq__, which may raise) comes before the first change, so an
-        # exception leaves the queue as if the add had not happened.
+        # Every lookup (each may call the key's own __hash__/__eq__, which may raise) comes before the first
+        # change, and the one change that calls them again (dirty.add) comes first: if it raises, nothing changed;
+        # if a later step raises, it is undone by identity. The call is all-or-nothing.
         marked = item in self.processing
-        if self.metrics is not None:
-            self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
         dirty.add(item)
-        if marked:
-            return MARKED
-        self.fifo.append(item)
+        try:
+            if self.metrics is not None:
+                self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
+            if marked:
+                return MARKED
+            self.fifo.append(item)
+        except BaseException:
+            discard_identity(dirty, item)
+            raise
         return QUEUED
 
     def add_after(self, item: T, delay: float) -> AddResult:
@@ -365,17 +385,20 @@ class QueueCore(Generic[T]):
         except TypeError:
             check_hashable(item)  # an unhashable item: the clear message; nothing has changed
             raise
-        if self.metrics is not None:
-            self.metrics.retry()
         # round(...) or 1: a positive delay below half a nanosecond still waits (and never means "now").
         delay_ns = _MAX_DELAY_NS if delay >= _MAX_DELAY_S else (round(delay * 1_000_000_000) or 1)
         ready = self.clock.now_ns() + delay_ns
-        if live is not None:
-            if live[0] <= ready:
-                return DELAY_KEPT
-            live[2] = _SUPERSEDED  # its heap slot stays until popped or rebuilt, but lets go of the key
+        if live is not None and live[0] <= ready:
+            if self.metrics is not None:
+                self.metrics.retry()  # every delayed add counts a retry, as client-go's AddAfter
+            return DELAY_KEPT
         self._seq = seq = self._seq + 1
         entry = [ready, seq, item]
+        waiting[item] = entry  # the one step that calls the key's methods again: first, so that a raise changes nothing
+        if self.metrics is not None:
+            self.metrics.retry()
+        if live is not None:
+            live[2] = _SUPERSEDED  # its heap slot stays until popped or rebuilt, but lets go of the key
         if ready > self._latest_ns:
             self._latest_ns = ready
         heap = self._heap
@@ -384,13 +407,28 @@ class QueueCore(Generic[T]):
         else:
             heapq.heappush(heap, entry)
             self._sorted = False
-        waiting[item] = entry
         if len(heap) > 64 and len(heap) > 2 * len(waiting):
             # Too many superseded entries: rebuild from the live ones.
             self._heap = heap = list(waiting.values())
             heap.sort()
             self._sorted = True
         return DELAYED
+
+    def add_rate_limited(self, item: T, limiter: Callable[[T], float]) -> AddResult:
+        """``add_after(item, limiter(item))`` (``limiter`` is a rate limiter's ``when``), all-or-nothing as far as
+        the key's own methods go: every lookup the add can make (dirty, processing, delayed entries) is made
+        first, so a key whose ``__hash__``/``__eq__`` raises against what the queue holds raises before the
+        limiter records a failure. After shutdown the limiter is still consulted and the add is ``DROPPED``
+        (client-go). What cannot be undone: a limiter that records and then raises, or a key whose methods raise
+        only on a later call (after ``when`` returned) — the limiter has no undo, so that failure stays counted."""
+        if not self.shutting_down:
+            try:
+                # The lookups the add may make, for their exceptions only (each may call the key's methods).
+                [item in c for c in (self.dirty, self.processing, self._waiting)]
+            except TypeError:
+                check_hashable(item)  # an unhashable item: the clear message; nothing has changed
+                raise
+        return self.add_after(item, limiter(item))
 
     def promote_due(self, now_ns: int) -> int:
         """Add every delayed entry whose time is <= ``now_ns``, earliest first. Returns how many fired."""
@@ -415,11 +453,12 @@ class QueueCore(Generic[T]):
         while heap and heap[0][0] <= now_ns:
             entry = heapq.heappop(heap)
             item = entry[2]
-            if waiting.get(item) is entry:
-                del waiting[item]
-                fire(item, entry[0])
+            if item is _SUPERSEDED:
+                continue
+            if self._take_due(item, entry):
+                fire(item, entry[0])  # all-or-nothing; if it raises, the key is dropped (see _take_due)
                 fired += 1
-            elif item is not _SUPERSEDED:
+            else:
                 # A live entry its key's hash cannot find: the key was mutated while delayed. Forget the entry and
                 # put the key in the fifo without marking it dirty: the pop that reaches it raises KeyMutatedError.
                 purge_stale(waiting, item)
@@ -436,20 +475,35 @@ class QueueCore(Generic[T]):
         try:
             for entry in batch:
                 item = entry[2]
-                if waiting.get(item) is entry:
-                    del waiting[item]
-                    i += 1  # taken out of the delayed entries: fired now, even if firing raises
+                i += 1  # taken out of the delayed entries: fired now, even if firing raises
+                if item is _SUPERSEDED:
+                    continue
+                if self._take_due(item, entry):
                     fire(item, entry[0])
                     fired += 1
-                else:
-                    i += 1
-                    if item is not _SUPERSEDED:  # mutated while delayed: as in the heappop loop of promote_due
-                        purge_stale(waiting, item)
-                        self.fifo.append(item)
+                else:  # mutated while delayed: as in the heappop loop of promote_due
+                    purge_stale(waiting, item)
+                    self.fifo.append(item)
         except BaseException:
             heap[0:0] = batch[i:]  # what was not reached stays delayed, in order (the list stays sorted)
             raise
         return fired
+
+    def _take_due(self, item: T, entry: list[Any]) -> bool:
+        """Take the due ``entry`` (already out of the heap) out of the delayed entries: ``True`` if it was the
+        key's live entry, ``False`` if the key's hash no longer finds it (mutated while delayed). If the key's own
+        methods raise here, its entry is dropped by identity (it is then in neither the heap nor the map) and the
+        exception propagates: a delayed key whose methods raise as it falls due is dropped, so that it cannot
+        block the keys behind it; the same holds when its add (``_fire``) raises."""
+        waiting = self._waiting
+        try:
+            if waiting.get(item) is not entry:
+                return False
+            del waiting[item]
+        except BaseException:
+            discard_identity(waiting, item)
+            raise
+        return True
 
     def _fire(self, item: T, ready_ns: int) -> None:
         self.add(item, ready_ns)
@@ -457,8 +511,7 @@ class QueueCore(Generic[T]):
     def next_ready_ns(self) -> int | None:
         """The clock time of the earliest live delayed entry, or ``None`` if there is none."""
         heap = self._heap
-        waiting = self._waiting
-        while heap and waiting.get(heap[0][2]) is not heap[0]:
+        while heap and heap[0][2] is _SUPERSEDED:  # no lookup: a key's own methods are not called here
             if self._sorted:
                 del heap[0]  # superseded entry at the head: drop it now (a sorted list stays sorted)
             else:
@@ -479,7 +532,10 @@ class QueueCore(Generic[T]):
     def pop(self) -> T | _Empty:
         """Hand out the fifo head (first firing whatever is due): it moves from dirty to processing.
 
-        Returns :data:`EMPTY` if nothing is ready.
+        Returns :data:`EMPTY` if nothing is ready. If the head's own ``__hash__``/``__eq__`` raises, the exception
+        propagates and the key stays waiting (dirty, in the fifo, once) but at the back, so that it cannot block
+        the keys behind it. If a delayed key's own methods raise as it falls due, it is dropped and the exception
+        propagates (see :meth:`_take_due`). A mutated key raises :class:`~keyqueue.KeyMutatedError`.
         """
         if self._heap:
             self.promote_due(self.clock.now_ns())
@@ -487,25 +543,48 @@ class QueueCore(Generic[T]):
         if not fifo:
             return EMPTY
         item = fifo.popleft()
+        # The rule for a key whose own __hash__/__eq__ raises here: it stays waiting (dirty, in the fifo, once),
+        # but behind the others, so that one such key cannot block every key queued after it; the exception
+        # propagates. processing.add comes first: undoing an add needs no call of the key's methods (identity),
+        # undoing the removal from dirty would.
+        processing = self.processing
+        try:
+            processing.add(item)
+        except BaseException:
+            fifo.append(item)
+            raise
         try:
             self.dirty.remove(item)
-        except KeyError:
-            raise self._mutated(item, "waiting in the queue") from None
-        except BaseException:
-            fifo.append(item)  # the key's own __eq__ raised: still queued, behind the others so that they flow
-            raise
-        try:
-            self.processing.add(item)
-        except BaseException:
-            self._requeue_after_failed_pop(item)
+        except BaseException as exc:
+            discard_identity(processing, item)
+            if isinstance(exc, KeyError) and not self._findable(item):
+                raise self._mutated(item, "waiting in the queue") from None
+            fifo.append(item)
             raise
         if self.metrics is not None:
-            self.metrics.get(item, self.clock.now_ns())
+            try:
+                self.metrics.get(item, self.clock.now_ns())
+            except BaseException:
+                self._unpop(item)
+                raise
         return item
 
-    def _requeue_after_failed_pop(self, item: T) -> None:
-        # processing.add raised (the key's __eq__, against a key being processed): make it dirty and queued again,
-        # at the back. If even that raises, the key is dropped (it is then in no set and no fifo, so consistent).
+    def _findable(self, item: T) -> bool:
+        return self._found_in(self.dirty, item)
+
+    @staticmethod
+    def _found_in(container: set[T], item: T) -> bool:
+        """Whether ``item``'s current hash finds it in ``container`` (a lookup that raises counts as found: the
+        exception is the key's own, not a sign that it was mutated)."""
+        try:
+            return item in container
+        except Exception:
+            return True
+
+    def _unpop(self, item: T) -> None:
+        # A hand-out failed after the key left dirty (a metrics hook raised): waiting again, at the back. If even
+        # making it dirty raises, the key is dropped (then in no set and not in the fifo: consistent).
+        discard_identity(self.processing, item)
         try:
             self.dirty.add(item)
         except BaseException:
@@ -535,18 +614,21 @@ class QueueCore(Generic[T]):
             # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
             # TypeError branch: set.remove looks a set up as a frozenset.)
             check_hashable(item)
-            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
-                raise self._mutated(item, "being processed") from None
+            if holds(self.processing, item):
+                if self._found_in(self.processing, item):
+                    raise  # the KeyError came from the key's own __eq__: nothing changed
+                raise self._mutated(item, "being processed") from None  # under the hash it had: mutated
             return False
         except TypeError:
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
-        if self.metrics is not None:
-            self.metrics.done(item, self.clock.now_ns())
         if requeue:
             self.fifo.append(item)
-            return True
-        return False
+        if self.metrics is not None:
+            # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the
+            # key finished, and queued again if it was re-added); only the metric misses this done.
+            self.metrics.done(item, self.clock.now_ns())
+        return requeue
 
     def ready_len(self) -> int:
         """Keys waiting in the fifo (after firing what is due): not processing, not delayed."""

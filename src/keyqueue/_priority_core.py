@@ -53,6 +53,7 @@ from keyqueue._core import (
     _Empty,
     check_delay,
     check_hashable,
+    discard_identity,
     holds,
     purge_stale,
 )
@@ -233,6 +234,10 @@ class PriorityCore(Generic[T]):
         if self.shutting_down:
             return DROPPED
         if rate_limiter is not None:
+            # Every lookup the add can make comes before the limiter records a failure, so a key whose own
+            # __hash__/__eq__ raises against what the queue holds leaves the limiter untouched (all-or-nothing;
+            # only a raise on a later call, after when() returned, cannot take the recorded failure back).
+            [item in c for c in (self._items, self.processing)]
             delay = effective_delay(item, delay, rate_limiter)
         if delay <= 0:
             return self._add_ready(item, priority, None)
@@ -254,23 +259,24 @@ class PriorityCore(Generic[T]):
             return self._raise_ready(item, old, priority)
         marked = item in self.processing
         if old is not None:
-            # waiting: it becomes ready now, at the higher of the two priorities
+            priority = max(priority, -old[1])  # a waiting key becomes ready now, at the higher of the two
+        self._counter += 1
+        entry = (-priority, self._counter, item)
+        items[item] = entry  # the one change that calls the key's methods again: first, so a raise changes nothing
+        if old is not None:
             self._stale_waiting.add(id(old))
             self._waiting_n -= 1
             if not self._waiting_n:
                 self._waiting.clear()  # only superseded entries are left: let go of their keys
                 self._stale_waiting.clear()
-            priority = max(priority, -old[1])
-        self._counter += 1
-        entry = (-priority, self._counter, item)
-        items[item] = entry
         self._ready_n += 1
+        if not marked:
+            self._push_ready(entry)
         if self.metrics is not None:
+            # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent, the
+            # key queued, and only the metric without this add.
             self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns, priority)
-        if marked:
-            return MARKED
-        self._push_ready(entry)
-        return QUEUED
+        return MARKED if marked else QUEUED
 
     def _raise_ready(self, item: T, old: tuple[int, int, T], priority: int) -> AddResult:
         # A ready key gets a higher priority and a fresh counter: the back of its new priority's line.
@@ -295,8 +301,8 @@ class PriorityCore(Generic[T]):
             self.metrics.retry()  # every accepted add with an effective delay > 0
         if old is None:
             self._counter += 1
-            self._waiting_n += 1
             self._push_waiting((ready_ns, -priority, self._counter, item))
+            self._waiting_n += 1
             return DELAYED
         if len(old) == 3:  # a ready key stays ready; the priority may still rise
             if priority <= -old[0]:
@@ -309,8 +315,8 @@ class PriorityCore(Generic[T]):
         if raised:
             self._counter += 1
             old_neg, old_counter = -priority, self._counter
+        self._push_waiting((min(ready_ns, old_ready), old_neg, old_counter, item))  # raises before any change
         self._stale_waiting.add(id(old))
-        self._push_waiting((min(ready_ns, old_ready), old_neg, old_counter, item))
         return DELAYED
 
     def _push_ready(self, entry: tuple[int, int, T]) -> None:
@@ -320,7 +326,7 @@ class PriorityCore(Generic[T]):
             self._ready = _compacted(heap, self._stale_ready)
 
     def _push_waiting(self, entry: tuple[int, int, int, T]) -> None:
-        self._items[entry[3]] = entry
+        self._items[entry[3]] = entry  # first: if the key's own methods raise, nothing has changed
         heap = self._waiting
         heapq.heappush(heap, entry)
         if len(heap) > _COMPACT_MIN and len(heap) > 2 * self._waiting_n:
@@ -337,30 +343,44 @@ class PriorityCore(Generic[T]):
         while heap and heap[0][0] <= now_ns:
             entry = heapq.heappop(heap)
             item = entry[3]
-            if items.get(item) is not entry:
-                if id(entry) in self._stale_waiting:
-                    self._stale_waiting.discard(id(entry))
-                    continue  # superseded
-                self._promote_mutated(entry)
-                continue
-            marked = item in processing
+            if id(entry) in self._stale_waiting:
+                self._stale_waiting.discard(id(entry))
+                continue  # superseded (known without calling the key's methods)
             self._counter += 1
             ready = (entry[1], self._counter, item)
-            items[item] = ready
+            try:
+                if items.get(item) is not entry:
+                    self._promote_mutated(entry)
+                    continue
+                marked = item in processing
+                items[item] = ready
+            except BaseException:
+                self._drop_due(item)
+                raise
             self._waiting_n -= 1
             if not self._waiting_n:
                 heap.clear()  # only superseded entries are left (ends this loop): let go of their keys
                 self._stale_waiting.clear()
             self._ready_n += 1
-            if metrics is not None:
-                metrics.add(item, entry[0], -entry[1])
             if marked:
                 self._promoted(MARKED)
             else:
                 self._push_ready(ready)
                 self._promoted(QUEUED)
             fired += 1
+            if metrics is not None:
+                metrics.add(item, entry[0], -entry[1])  # last, as in _add_ready
         return fired
+
+    def _drop_due(self, item: T) -> None:
+        # The key's own methods raised while it fell due: it is dropped (by identity, calling none of its
+        # methods), so that it cannot block the keys behind it, and the exception propagates from the call that
+        # promoted it. Its waiting entry is already off the heap.
+        discard_identity(self._items, item)
+        self._waiting_n -= 1
+        if not self._waiting_n:
+            self._waiting.clear()
+            self._stale_waiting.clear()
 
     def _promote_mutated(self, entry: tuple[int, int, int, T]) -> None:
         # A live waiting entry its key's hash cannot find: the key was mutated while delayed. Forget its entry and
@@ -415,7 +435,9 @@ class PriorityCore(Generic[T]):
         """Hand out the best ready key (first making due keys ready): highest priority, oldest within it.
 
         The key moves to ``processing``; returns ``(key, priority)``, or :data:`~keyqueue._core.EMPTY` if no key
-        can be handed out.
+        can be handed out. The rules for a key whose own ``__hash__``/``__eq__`` raises are
+        :meth:`QueueCore.pop <keyqueue._core.QueueCore.pop>`'s: it stays ready at its priority, at the back of that
+        priority's line; a waiting key that raises as it falls due is dropped; the exception propagates.
         """
         if self._waiting:
             self.promote_due(self.clock.now_ns())
@@ -423,20 +445,28 @@ class PriorityCore(Generic[T]):
         items = self._items
         while heap:
             entry = heapq.heappop(heap)
+            if id(entry) in self._stale_ready:
+                self._stale_ready.discard(id(entry))  # superseded (known without calling the key's methods)
+                continue
             item = entry[2]
+            # The rule for a key whose own __hash__/__eq__ raises here (as in QueueCore.pop): it stays ready at its
+            # priority, but at the back of that priority's line, so that it cannot block the keys behind it; the
+            # exception propagates.
+            priority = -entry[0]
             try:
                 live = items.get(item) is entry
+                if live:
+                    self.processing[item] = priority
             except BaseException:
-                heapq.heappush(heap, entry)  # the key's own __eq__ raised: nothing changed
+                self._requeue_after_failed_pop(entry)
                 raise
             if live:
-                priority = -entry[0]
                 try:
-                    self.processing[item] = priority
+                    del items[item]
                 except BaseException:
-                    self._requeue_after_failed_pop(entry)  # the key's __eq__ raised against a key in processing
+                    discard_identity(self.processing, item)
+                    self._requeue_after_failed_pop(entry)
                     raise
-                del items[item]  # the same lookup as items.get above: it cannot raise now
                 self._ready_n -= 1
                 if not self._ready_n:
                     heap.clear()  # only superseded entries are left: let go of their keys
@@ -444,9 +474,6 @@ class PriorityCore(Generic[T]):
                 if self.metrics is not None:
                     self.metrics.get(item, self.clock.now_ns(), priority)
                 return item, priority
-            if id(entry) in self._stale_ready:
-                self._stale_ready.discard(id(entry))  # superseded
-                continue
             raise self._mutated_ready(entry)
         return EMPTY
 
@@ -511,18 +538,24 @@ class PriorityCore(Generic[T]):
             entry = self._items.get(item)  # before any change: the key's own __eq__ may raise
             del self.processing[item]
         except KeyError:
-            if holds(self.processing, item):  # it is, under the hash it had: it was mutated
-                raise self._mutated_processing(item) from None
+            if holds(self.processing, item):
+                try:
+                    found = item in self.processing
+                except Exception:
+                    found = True
+                if found:
+                    raise  # the KeyError came from the key's own __eq__: nothing changed
+                raise self._mutated_processing(item) from None  # under the hash it had: it was mutated
             return False
         except TypeError:
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
+        requeue = entry is not None and len(entry) == 3
+        if requeue:
+            self._push_ready(entry)  # type: ignore[arg-type]  # len() == 3: the ready 3-tuple
         if self.metrics is not None:
-            self.metrics.done(item, self.clock.now_ns())
-        if entry is not None and len(entry) == 3:
-            self._push_ready(entry)  # len() narrows the union to the ready 3-tuple
-            return True
-        return False
+            self.metrics.done(item, self.clock.now_ns())  # last, as in QueueCore.done
+        return requeue
 
     def ready_len(self) -> int:
         """Ready keys (after making due keys ready), including keys re-added while being processed; keys still

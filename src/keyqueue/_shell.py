@@ -397,12 +397,27 @@ class RateLimitedAdds(DelayedAdds[T]):
     def add_rate_limited(self, item: T) -> AddResult:
         """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
 
-        Never blocks (the limiter computes a delay, it does not sleep). As in client-go the limiter is consulted
-        even after shutdown (the add itself is then dropped). Raises ``TypeError`` for an unhashable item before
-        the limiter records anything.
+        Never blocks (the limiter computes a delay, it does not sleep; it is called with the queue's lock held,
+        as the priority queue always did, so it must not call back into the queue). As in client-go the limiter
+        is consulted even after shutdown (the add itself is then dropped). All-or-nothing: an unhashable item
+        (``TypeError``) or a key whose own ``__hash__``/``__eq__`` raises against what the queue holds raises
+        before the limiter records anything, and the queue is unchanged. What cannot be undone, because a
+        limiter has no undo: a limiter that records a failure and then raises, or a key whose methods raise only
+        on a later call, after ``when`` returned (the queue is still unchanged, the failure stays counted).
         """
         check_hashable(item)
-        return self.add_after(item, self.rate_limiter.when(item))
+        lock = self._lock
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            return self._defer(self.add_rate_limited, item)
+        try:
+            outcome = self._core.add_rate_limited(item, self.rate_limiter.when)
+            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
+                self._wake_one()  # as in add_after
+            return outcome
+        finally:
+            lock.release()
 
     def forget(self, item: T) -> None:
         """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""

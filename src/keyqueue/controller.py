@@ -432,11 +432,15 @@ class ControllerBase(Generic[T]):
     def _request_stop(self) -> None:
         raise NotImplementedError
 
-    def _get_failed(self, exc: Exception) -> None:
+    def _get_failed(self, exc: Exception, failures: int) -> float:
         """A worker's ``get`` raised something else than ``ShutDown`` (a key mutated in the queue, a key's own
-        ``__eq__`` raising): log it; the worker goes on with the next key."""
+        ``__eq__`` raising), for the ``failures``-th time in a row: log it and return how long the worker pauses
+        (woken early by a stop) before it goes on with the next key. No pause after a single failure; after
+        consecutive ones (a key whose hand-out keeps failing while it is the only one ready: the queue puts it
+        back each time) 5 ms, doubling up to 1 s, so that the worker neither spins nor floods the log."""
         self.log.error("controller %s: taking a key from the queue failed: %s", self.name, exc,
                        exc_info=None if isinstance(exc, KeyMutatedError) else exc)
+        return 0.0 if failures < 2 else min(0.005 * 2.0 ** (failures - 2), 1.0)
 
     def _done(self, key: T) -> None:
         """``queue.done(key)`` for a worker, which must survive whatever the key does (a mutated key raises
@@ -722,6 +726,7 @@ class Controller(ControllerBase[T]):
 
     def _worker(self) -> None:
         elector = self._elector
+        failures = 0  # consecutive failed gets
         try:
             while not self._dropping:
                 if elector is not None and not self._await_leading():
@@ -731,8 +736,12 @@ class Controller(ControllerBase[T]):
                 except ShutDown:
                     return
                 except Exception as exc:  # a worker survives anything a key does
-                    self._get_failed(exc)
+                    failures += 1
+                    pause = self._get_failed(exc, failures)
+                    if pause:
+                        self._wake.wait(pause)
                     continue
+                failures = 0
                 if self._dropping:
                     self._done(key)  # stopping without drain: the key is dropped
                     return

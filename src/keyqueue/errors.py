@@ -21,6 +21,12 @@ class KeyMutatedError(RuntimeError):
     everywhere (also in the metrics), and raises this error, naming the key (:attr:`key`), where it notices:
     in ``get()`` for a key that was waiting or delayed, in ``done()`` for a key that was being processed. Every
     other key keeps flowing. Use immutable keys (``str``, tuples of them, frozen dataclasses).
+
+    Two mutations cannot be detected, because they look exactly like correct use. A key mutated so that its new
+    hash still reaches its old slot is found there by identity and simply goes on as what it is now. A key mutated
+    so that it becomes *equal to another key the queue holds* (waiting, processing or delayed) is, from then on,
+    indistinguishable from that key: an ``add`` of it is an add of that other key (``DEDUP`` or ``MARKED``), a
+    ``done`` of it may finish that other key, and no error is raised. Only keys that cannot change rule it out.
     """
 
     def __init__(self, key: object, where: str) -> None:
