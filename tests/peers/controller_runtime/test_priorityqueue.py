@@ -336,7 +336,8 @@ def test_fuzz_priority_queue(make_pq: Callable[..., Any]) -> None:
     and no depth goes negative. (Go: 10 producers x 1000 adds, 100 consumers; here 10 x 300 and 20, seeded.)"""
     q, m = new_queue(make_pq)
     in_queue: dict[str, int] = {}
-    in_queue_lock = threading.Lock()
+    in_queue_lock = threading.Condition()  # Go's inQueueLock; consumers also wait on it for the next add
+    producing = [10]
     handed_out: set[str] = set()
     handed_out_lock = threading.Lock()
     errors: list[str] = []
@@ -351,12 +352,18 @@ def test_fuzz_priority_queue(make_pq: Callable[..., Any]) -> None:
                 q.add(key, priority=priority, after=after)
                 if key not in in_queue or in_queue[key] < priority:
                     in_queue[key] = priority
+                in_queue_lock.notify()
+        with in_queue_lock:
+            producing[0] -= 1
+            in_queue_lock.notify_all()
 
     def consume() -> None:
         while True:
             with in_queue_lock:
-                if not in_queue:
-                    return
+                while not in_queue:
+                    if not producing[0]:
+                        return  # everything added has been handed out
+                    in_queue_lock.wait()
                 key, priority = q.get_with_priority(timeout=JOIN)
                 expected = in_queue.pop(key)
                 if expected != priority:
@@ -371,15 +378,11 @@ def test_fuzz_priority_queue(make_pq: Callable[..., Any]) -> None:
                 handed_out.discard(key)
                 q.done(key)
 
-    producers = [threading.Thread(target=produce, args=(seed,)) for seed in range(10)]
-    for t in producers:
+    threads = [threading.Thread(target=produce, args=(seed,)) for seed in range(10)]
+    threads += [threading.Thread(target=consume) for _ in range(20)]
+    for t in threads:
         t.start()
-    for t in producers:  # Go starts consumers together with producers; they stop when in_queue is empty
-        t.join(JOIN)
-    consumers = [threading.Thread(target=consume) for _ in range(20)]
-    for t in consumers:
-        t.start()
-    for t in consumers:
+    for t in threads:
         t.join(JOIN)
         assert not t.is_alive()
     assert errors == []
