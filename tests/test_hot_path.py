@@ -249,10 +249,16 @@ def test_signal_handler_adds_while_the_main_thread_works_the_queue() -> None:
         q = keyqueue.RateLimitingQueue(keyqueue.ItemExponentialFailureRateLimiter(0.001, 0.01))
         sent, results = [], []
         def handler(signum, frame):
-            k = f"sig-{len(sent)}"
-            sent.append(k)
-            results.append(q.add(k))
-            results.append(q.add_rate_limited(k + "-rl"))
+            # SIGALRM blocked while this handler runs: on a starved machine a 1 ms timer would otherwise nest
+            # handlers inside handlers until RecursionError (the interrupted frame below still holds the lock)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            try:
+                k = f"sig-{len(sent)}"
+                sent.append(k)
+                results.append(q.add(k))
+                results.append(q.add_rate_limited(k + "-rl"))
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         signal.signal(signal.SIGALRM, handler)
         signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
         seen = set()
