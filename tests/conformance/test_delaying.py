@@ -227,7 +227,9 @@ def test_a_getter_that_times_out_passes_on_the_wake_up_for_an_earlier_delayed_ke
         except (TimeoutError, ShutDown) as e:
             outcomes[name] = type(e).__name__
 
-    first = threading.Thread(target=getter, args=("first", 0.05), daemon=True)
+    # 1 s: the first getter must still wait when the second one starts waiting (0.05 s was too short on a loaded
+    # machine: the first had left before the second arrived, and the wait for two getters timed out)
+    first = threading.Thread(target=getter, args=("first", 1.0), daemon=True)
     first.start()
     wait_for_getters(q, 1)
     second = threading.Thread(target=getter, args=("second", 30.0), daemon=True)
