@@ -235,12 +235,14 @@ def _prometheus_provider() -> Any:
     return cls(registry=CollectorRegistry())
 
 
-def _metrics_row(stmt: str, setup: str) -> Callable[[Context], Measurement | Skip]:
+def _metrics_row(stmt: str, setup: str, ledger: bool = True) -> Callable[[Context], Measurement | Skip]:
     def run(ctx: Context) -> Measurement | Skip:
         provider = _prometheus_provider()
         if isinstance(provider, Skip):
             return provider
         q: Queue[str] = Queue(name="keyqueue_bench", metrics_provider=provider)
+        if not ledger:  # the A/B: the core calls the recorder's get/done methods, as before issue 18's ledger
+            q._core._ledger = None
         return time_inline(ctx, stmt, setup, {"q": q, "k": KEY})
     return run
 
@@ -596,6 +598,8 @@ def build_cases(smoke: bool) -> list[Case]:
         # optional modules
         Case("metrics.cycle", "add+get+done, PrometheusMetricsProvider", G_OPT, _metrics_row(_CYCLE, _CYCLE_SETUP),
              baseline="cycle", checks=(Check("≤ 1.5x without metrics", "le", 1.5, ref="cycle"),), needs=("cycle",)),
+        Case("metrics.hooks", "the same, recorder's get/done methods instead of the core's ledger (A/B)", G_OPT,
+             _metrics_row(_CYCLE, _CYCLE_SETUP, ledger=False), baseline="metrics.cycle", needs=("metrics.cycle",)),
         Case("metrics.dedup", "add dedup, PrometheusMetricsProvider", G_OPT,
              _metrics_row("add(k)", "add = q.add; add(k)"), baseline="add.dedup",
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
@@ -634,7 +638,7 @@ def build_cases(smoke: bool) -> list[Case]:
                           reference="172 ns (10k)" if n == 10**4 else ""))
     interleaved = {
         "add.dedup", "add.processing_dedup", "cycle", "cycle.no_busy_check", "base.floor", "iter", "aio.iter",
-        "metrics.cycle", "metrics.dedup",
+        "metrics.cycle", "metrics.hooks", "metrics.dedup",
         "metrics.noop", "aio.cycle",
         "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
         "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,
