@@ -8,6 +8,7 @@ so the rows measure the queue, not string hashing.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import gc
@@ -15,6 +16,7 @@ import importlib
 import inspect
 import queue
 import statistics
+import textwrap
 import threading
 import tracemalloc
 from collections import deque
@@ -82,6 +84,53 @@ def _cycle_of(make: Callable[[], Any]) -> Callable[[Context], Measurement]:
     def run(ctx: Context) -> Measurement:
         return time_inline(ctx, _CYCLE, _CYCLE_SETUP, {"q": make(), "k": KEY})
     return run
+
+
+def _without_busy_lock_check(cls: type[Any]) -> type[Any]:
+    """A subclass of ``cls`` whose ``add`` and ``done`` are compiled from the shell's own source with issue 16
+    item 1's busy-lock check taken out: every ``if not lock.locked(): lock.acquire()`` / ``elif`` (defer) chain
+    becomes a plain ``lock.acquire()``. The A/B partner of the ``cycle`` row (what that check costs), built from
+    the same source so that it cannot drift from it. Raises if the source no longer has such a check."""
+    from keyqueue import _shell
+
+    def is_check(node: ast.AST) -> bool:
+        test = node.test if isinstance(node, ast.If) else None
+        return (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+                and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "locked")
+
+    class Strip(ast.NodeTransformer):
+        stripped = 0
+
+        def visit_If(self, node: ast.If) -> Any:
+            if is_check(node):
+                Strip.stripped += 1
+                return node.body  # `lock.acquire()` alone; the elif branch (defer) goes
+            return self.generic_visit(node)
+
+    methods: dict[str, Any] = {}
+    for name in ("add", "done"):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(_shell.ShellBase, name))))
+        before = Strip.stripped
+        tree = ast.fix_missing_locations(Strip().visit(tree))
+        if Strip.stripped == before:
+            raise AssertionError(f"ShellBase.{name} has no busy-lock check to take out: update this A/B")
+        namespace: dict[str, Any] = {}
+        exec(compile(tree, f"<{name} without the busy-lock check>", "exec"), vars(_shell), namespace)
+        methods[name] = namespace[name]
+    return type(f"{cls.__name__}WithoutBusyLockCheck", (cls,), methods)
+
+
+def _cycle_floor(ctx: Context) -> Measurement:
+    # The issue's floor: what add+get+done must do, written inline (no method calls): the dirty/processing sets, the
+    # deque and three lock pairs, in client-go's order. No dedup fast path, no metrics, no waking.
+    stmt = (
+        "acquire()\nif k not in dirty:\n    dirty.add(k)\n    if k not in processing: append(k)\nrelease()\n"
+        "acquire()\nx = popleft(); dirty.remove(x); processing.add(x)\nrelease()\n"
+        "acquire()\nprocessing.remove(k)\nif k in dirty: append(k)\nrelease()"
+    )
+    setup = ("lock = Lock(); acquire = lock.acquire; release = lock.release; fifo = deque(); append = fifo.append; "
+             "popleft = fifo.popleft; dirty = set(); processing = set()")
+    return time_inline(ctx, stmt, setup, {"deque": deque, "Lock": threading.Lock, "k": KEY})
 
 
 def _iterate(ctx: Context) -> Measurement:
@@ -186,12 +235,14 @@ def _prometheus_provider() -> Any:
     return cls(registry=CollectorRegistry())
 
 
-def _metrics_row(stmt: str, setup: str) -> Callable[[Context], Measurement | Skip]:
+def _metrics_row(stmt: str, setup: str, ledger: bool = True) -> Callable[[Context], Measurement | Skip]:
     def run(ctx: Context) -> Measurement | Skip:
         provider = _prometheus_provider()
         if isinstance(provider, Skip):
             return provider
         q: Queue[str] = Queue(name="keyqueue_bench", metrics_provider=provider)
+        if not ledger:  # the A/B: the core calls the recorder's get/done methods, as before issue 18's ledger
+            q._core._ledger = None
         return time_inline(ctx, stmt, setup, {"q": q, "k": KEY})
     return run
 
@@ -525,6 +576,8 @@ def build_cases(smoke: bool) -> list[Case]:
              baseline="base.set_in", reference="22 ns"),
         Case("cycle", "add+get+done, one key", G_CORE, _cycle_of(Queue), baseline="base.queue",
              checks=cycle_targets, reference="108–115 ns"),
+        Case("cycle.no_busy_check", "the same, add/done without issue 16's busy-lock check (A/B)", G_CORE,
+             _cycle_of(_without_busy_lock_check(Queue)), baseline="cycle", needs=("cycle",)),
         Case("iter", "for key in q: + add(key) per iteration", G_CORE, _iterate, baseline="cycle",
              checks=(Check("≤ 600 ns", "le", 600.0),), needs=("cycle",)),
         Case("cycle.newkey", f"add+get+done, a new key each cycle ({n_new:,})", G_CORE, _cycle_new_key(n_new),
@@ -545,6 +598,8 @@ def build_cases(smoke: bool) -> list[Case]:
         # optional modules
         Case("metrics.cycle", "add+get+done, PrometheusMetricsProvider", G_OPT, _metrics_row(_CYCLE, _CYCLE_SETUP),
              baseline="cycle", checks=(Check("≤ 1.5x without metrics", "le", 1.5, ref="cycle"),), needs=("cycle",)),
+        Case("metrics.hooks", "the same, recorder's get/done methods instead of the core's ledger (A/B)", G_OPT,
+             _metrics_row(_CYCLE, _CYCLE_SETUP, ledger=False), baseline="metrics.cycle", needs=("metrics.cycle",)),
         Case("metrics.dedup", "add dedup, PrometheusMetricsProvider", G_OPT,
              _metrics_row("add(k)", "add = q.add; add(k)"), baseline="add.dedup",
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
@@ -572,6 +627,7 @@ def build_cases(smoke: bool) -> list[Case]:
         Case("base.simplequeue", "queue.SimpleQueue put+get", G_BASE, _stdlib_put_get(queue.SimpleQueue),
              reference="38–40 ns (CPython)"),
         Case("base.deque_lock", "deque + Lock put+get (locked lower bound)", G_BASE, _deque_lock),
+        Case("base.floor", "add+get+done inlined: set/deque ops + 3 lock pairs, no calls", G_BASE, _cycle_floor),
         Case("base.naive", "naive locked workqueue add+get+done", G_BASE, _cycle_of(NaiveWorkQueue),
              reference="790–1,100 ns (CPython)"),
         Case("base.asyncio", "asyncio.Queue await put + await get", G_BASE, _asyncio_queue),
@@ -581,7 +637,8 @@ def build_cases(smoke: bool) -> list[Case]:
         cases.append(Case(cid, f"{n:,} keys queued", G_SCALE, _scale(n), baseline=scale_ids[0],
                           reference="172 ns (10k)" if n == 10**4 else ""))
     interleaved = {
-        "add.dedup", "add.processing_dedup", "cycle", "iter", "aio.iter", "metrics.cycle", "metrics.dedup",
+        "add.dedup", "add.processing_dedup", "cycle", "cycle.no_busy_check", "base.floor", "iter", "aio.iter",
+        "metrics.cycle", "metrics.hooks", "metrics.dedup",
         "metrics.noop", "aio.cycle",
         "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
         "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,

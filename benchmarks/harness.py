@@ -28,6 +28,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 import timeit
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,9 @@ class Context:
     results: dict[str, Result] = field(default_factory=dict)
     current: str = ""  # id of the case being run (the key for the calibration cache)
     loops: dict[str, int] = field(default_factory=dict)  # calibrated loop counts, per case id
+    # What timeit reads: wall time (time.perf_counter, timeit's default) or, with --timer cpu, this thread's CPU
+    # time (time.thread_time), which leaves out the time this process waits for a core while others run.
+    timer: Callable[[], float] = time.perf_counter
 
     def size(self, full: int, smoke: int) -> int:
         return smoke if self.smoke else full
@@ -228,7 +232,7 @@ def time_inline(
     repeat) and warms up; later rounds reuse that count after a short warm-up. Then ``ctx.repeats`` repeats.
     Smoke mode: a short warm-up and a fixed small loop count.
     """
-    timer = timeit.Timer(stmt, setup, globals=dict(globals or {}))
+    timer = timeit.Timer(stmt, setup, timer=ctx.timer, globals=dict(globals or {}))
     if ctx.smoke:
         timer.timeit(200)
         loops = 2000
@@ -258,7 +262,7 @@ def time_batch(
     Each repeat (``ctx.batch_repeats`` unless given) is one ``Timer.timeit(number=1)``; one extra unrecorded
     repeat warms up unless ``warmup=False``.
     """
-    timer = timeit.Timer(stmt, setup, globals=dict(globals))
+    timer = timeit.Timer(stmt, setup, timer=ctx.timer, globals=dict(globals))
     if warmup:
         timer.timeit(1)
     raw = timer.repeat(repeat=repeats or ctx.batch_repeats, number=1)

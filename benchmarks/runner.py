@@ -221,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="regex on row ids/names; the rows they compare with are run too")
     ap.add_argument("--rounds", type=int, default=None, metavar="N",
                     help="interleaved passes over the per-operation rows (default 3; 1 with --smoke)")
+    ap.add_argument("--timer", choices=("wall", "cpu"), default="wall",
+                    help="what the per-operation and batch rows time: wall clock (default) or this thread's CPU "
+                         "time (less inflated when other processes load the machine)")
     ap.add_argument("--list", action="store_true", help="list the row ids and exit")
     ap.add_argument("--fail-on-miss", action="store_true", help="exit 1 if a target is missed")
     args = ap.parse_args(argv)
@@ -247,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rounds < 1:
         print("--rounds must be >= 1", file=sys.stderr)
         return 2
-    ctx = Context(smoke=args.smoke, rounds=rounds)
+    ctx = Context(smoke=args.smoke, rounds=rounds, timer=time.thread_time if args.timer == "cpu" else time.perf_counter)
     t0 = time.perf_counter()
     results, skipped, errors = _run_all(chosen, ctx)
     skipped = plugin_skips + skipped
@@ -264,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"date:    {info['date']}   keyqueue {info['keyqueue_version']} @ {info['git_commit']}   "
           f"run took {elapsed:.0f} s   load avg start {info['loadavg_at_start']} end {load_end}", file=out)
     print(f"harness: {HARNESS}", file=out)
+    if args.timer == "cpu":
+        print("timer:   --timer cpu: per-operation and batch rows are this thread's CPU time (time.thread_time), "
+              "not wall time", file=out)
     print("ratio = this row's median / its baseline's median (below 1 = faster). client-go figures are reference "
           "only (benchmarks/REFERENCE.md), not measured in this run.", file=out)
     print(file=out)
@@ -296,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loadavg_at_end": load_end,
             "duration_s": elapsed,
             "harness": HARNESS,
+            "timer": args.timer,
             "results": [r.to_json() for r in results],
             "skipped": [{"id": c.id, "name": c.name, "reason": why} for c, why in skipped],
             "errors": [{"id": c.id, "name": c.name, "error": msg} for c, msg in errors],

@@ -30,8 +30,30 @@ def test_lock_free_dedup_adds_hand_the_gil_over_once_per_yield_every(sleeps: lis
     assert q.get() == "a"  # the adds changed nothing else
 
 
-def test_gets_count_too_and_yield_before_taking_the_lock(sleeps: list[float]) -> None:
+def _share(q: Queue[Any]) -> None:
+    """Make ``q`` seen as used by several threads: another thread waits in ``get()`` until a key arrives."""
+    import threading
+
+    t = threading.Thread(target=lambda: q.done(q.get()))
+    t.start()
+    _wait_until(lambda: q._getters == 1, "the other thread to wait in get()")
+    q.add("wake")
+    t.join()
+
+
+def test_gets_of_a_queue_used_by_one_thread_do_not_count(sleeps: list[float]) -> None:
     q: Queue[int] = Queue()
+    for _ in range(3 * shell.YIELD_EVERY):
+        q.add(1)
+        q.done(q.get())
+    assert not sleeps
+    assert not q._contended
+
+
+def test_gets_count_too_and_yield_before_taking_the_lock(sleeps: list[float]) -> None:
+    q: Queue[Any] = Queue()
+    _share(q)
+    assert q._contended and not sleeps
     for i in range(shell.YIELD_EVERY + 1):
         q.add(i)
     assert not sleeps  # adds of new keys take the lock and are not counted

@@ -32,9 +32,11 @@ from keyqueue.errors import KeyMutatedError
 
 __all__ = [
     "EMPTY",
+    "LEDGER_FOLD_AT",
     "AddResult",
     "CountingCore",
     "DecisionCounts",
+    "MetricsLedger",
     "MetricsRecorder",
     "Ordering",
     "QueueCore",
@@ -220,6 +222,27 @@ class MetricsRecorder(Protocol):
         ...
 
 
+class MetricsLedger(Protocol):
+    """What a recorder exposes for :meth:`QueueCore.keep_ledger` (``keyqueue.metrics``' own pull recorder): the
+    core then keeps the per-key times and buffers the durations itself, with no Python call per event.
+
+    ``added``: key -> time it became dirty (until it is handed out); ``started``: key -> time it was handed out (until
+    done); ``queue_obs`` / ``work_obs``: queue / work durations in ns not yet counted; ``fold()`` counts them into the
+    histograms and empties both. The core calls it when ``queue_obs`` holds :data:`LEDGER_FOLD_AT` entries; each
+    ``work_obs`` entry follows a hand-out, so it holds at most that many plus the keys in flight at the last fold."""
+
+    added: dict[Any, int]
+    started: dict[Any, int]
+    queue_obs: list[int]
+    work_obs: list[int]
+
+    def fold(self) -> None: ...
+
+
+#: A ledger's buffer of durations is folded when it holds this many (see :class:`MetricsLedger`).
+LEDGER_FOLD_AT: Final = 256
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts of the queue's own decisions, from a queue built with ``stats=True``.
@@ -287,6 +310,8 @@ class QueueCore(Generic[T]):
     __slots__ = (
         "_heap",
         "_latest_ns",
+        "_ledger",
+        "_now",
         "_seq",
         "_sorted",
         "_touch",
@@ -304,7 +329,9 @@ class QueueCore(Generic[T]):
     def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None,
                  ordering: Ordering[T] | None = None) -> None:
         self.clock = clock
+        self._now = clock.now_ns  # read on every metrics event (RealClock: the C function itself)
         self.metrics = metrics
+        self._ledger: MetricsLedger | None = None  # see keep_ledger()
         # fifo is the order in which keys will be handed out (a deque, or the queue's own Ordering). Every key in
         # fifo is in dirty and not in processing, and appears in fifo once.
         self.fifo: Ordering[T] = deque() if ordering is None else ordering
@@ -333,6 +360,13 @@ class QueueCore(Generic[T]):
         # see every add (CountingCore) exposes an empty set here, which turns the fast path off.
         self.fast_dirty: set[T] | frozenset[T] = self.dirty if self._touch is None else frozenset()
 
+    def keep_ledger(self, ledger: MetricsLedger) -> None:
+        """Record the ``get``/``done`` metrics events of :attr:`metrics` (which must be ``ledger``'s recorder) in
+        ``ledger``'s structures directly instead of calling the recorder's ``get``/``done``: the same bookkeeping
+        (processing start at get, queue duration from the first add, work duration at done), with each duration
+        buffered until the ledger folds it. ``add`` stays the recorder's own (for keyqueue's it is a C call)."""
+        self._ledger = ledger
+
     # -- adds ---------------------------------------------------------------------------------------------
 
     def add(self, item: T, at_ns: int | None = None) -> AddResult:
@@ -352,7 +386,7 @@ class QueueCore(Generic[T]):
         dirty.add(item)
         try:
             if self.metrics is not None:
-                self.metrics.add(item, self.clock.now_ns() if at_ns is None else at_ns)
+                self.metrics.add(item, self._now() if at_ns is None else at_ns)
             if marked:
                 return MARKED
             self.fifo.append(item)
@@ -561,9 +595,21 @@ class QueueCore(Generic[T]):
                 raise self._mutated(item, "waiting in the queue") from None
             fifo.append(item)
             raise
-        if self.metrics is not None:
+        metrics = self.metrics
+        if metrics is not None:
             try:
-                self.metrics.get(item, self.clock.now_ns())
+                ledger = self._ledger
+                if ledger is None:
+                    metrics.get(item, self._now())
+                else:  # the recorder's get(), kept here (see keep_ledger)
+                    t = self._now()
+                    ledger.started[item] = t
+                    t0 = ledger.added.pop(item, None)
+                    if t0 is not None:
+                        obs = ledger.queue_obs
+                        obs.append(t - t0)
+                        if len(obs) >= LEDGER_FOLD_AT:
+                            ledger.fold()  # both buffers: done() appends at most one per get (+ keys in flight)
             except BaseException:
                 self._unpop(item)
                 raise
@@ -624,10 +670,17 @@ class QueueCore(Generic[T]):
             raise
         if requeue:
             self.fifo.append(item)
-        if self.metrics is not None:
+        metrics = self.metrics
+        if metrics is not None:
             # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the
             # key finished, and queued again if it was re-added); only the metric misses this done.
-            self.metrics.done(item, self.clock.now_ns())
+            ledger = self._ledger
+            if ledger is None:
+                metrics.done(item, self._now())
+            else:  # the recorder's done(), kept here (see keep_ledger)
+                t0 = ledger.started.pop(item, None)
+                if t0 is not None:  # folded by pop(): a done follows a get
+                    ledger.work_obs.append(self._now() - t0)
         return requeue
 
     def ready_len(self) -> int:

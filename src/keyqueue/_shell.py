@@ -34,7 +34,7 @@ from keyqueue._core import (
 )
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics import recorder_for
-from keyqueue.metrics._recorders import bind_core
+from keyqueue.metrics._recorders import PullRecorder, bind_core
 from keyqueue.ratelimit import RateLimiter, check_limiter, default_controller_rate_limiter
 
 __all__ = ["DelayedAdds", "RateLimitedAdds", "ShellBase"]
@@ -89,6 +89,11 @@ class ShellBase(Generic[T]):
         self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
         self._until_yield = YIELD_EVERY
+        # Set (never cleared) once more than one thread is seen using the queue: a busy lock found by add/done, a
+        # getter that waits, or a countdown of lock-free dedup adds run out. Until then get() skips its GIL
+        # hand-off countdown, so a queue used by one thread (or one at a time) pays one attribute test for it.
+        # Written without the lock: a lost or late write only delays the first hand-off.
+        self._contended = False
         self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._helper_token = _thread.allocate_lock()  # held while a helper thread applies deferred calls
         self.clock.subscribe(self._on_clock_jump)
@@ -118,6 +123,8 @@ class ShellBase(Generic[T]):
         core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder, self._ordering)
         if recorder is not None:
             bind_core(recorder, core.promote_due)
+            if type(recorder) is PullRecorder:  # exactly keyqueue's own: the core keeps its ledger (no calls)
+                core.keep_ledger(recorder)
         return core
 
     # -- adding ------------------------------------------------------------------------------------------
@@ -179,6 +186,7 @@ class ShellBase(Generic[T]):
         call only resets the count.
         """
         self._until_yield = YIELD_EVERY
+        self._contended = True
         if _active_count() > 1:
             _sleep(0)
 
@@ -197,6 +205,7 @@ class ShellBase(Generic[T]):
         if its ``self`` is the queue, its core, its metrics recorder or one of its conditions (that covers the
         waits inside :mod:`threading`); a false alarm (this thread is inside the queue without the lock while
         another thread holds it) only defers the call, which is still applied."""
+        self._contended = True
         owners = self._lock_owners()
         f: FrameType | None = sys._getframe(2)  # skip this method and the entry point that called it
         while f is not None and f.f_code in ENTRY_CODES:

@@ -79,18 +79,20 @@ class Queue(ShellBase[T]):
         ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
         :data:`threading.TIMEOUT_MAX`: wait forever); a negative or NaN ``timeout``, or an ``int`` too large for a
         float, raises ``ValueError`` and a non-number ``TypeError``, before anything is taken.
-        Every :data:`~keyqueue._shell.YIELD_EVERY`-th call (counted together with the lock-free dedup adds) first
+        Once the queue has been seen used by several threads (see :attr:`~keyqueue._shell.ShellBase._contended`),
+        every :data:`~keyqueue._shell.YIELD_EVERY`-th call (counted together with the lock-free dedup adds) first
         lets go of the GIL once, outside the lock: a worker that always finds a key ready would otherwise be
         preempted after a whole switch interval, most likely while it holds the queue's lock, and every other
         worker would then sleep on that lock (a lock convoy).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        n = self._until_yield
-        if n:
-            self._until_yield = n - 1
-        else:
-            self._yield_gil()
+        if self._contended:  # only a queue that other threads use pays for the countdown
+            n = self._until_yield
+            if n:
+                self._until_yield = n - 1
+            else:
+                self._yield_gil()
         lock = self._lock
         lock.acquire()
         try:
@@ -127,6 +129,7 @@ class Queue(ShellBase[T]):
                 if until_due is not None and (wait is None or until_due < wait):
                     wait = until_due
             self._getters += 1
+            self._contended = True  # a getter waits: someone else is expected to add
             try:
                 self._readable.wait(os_wait(wait))
             finally:
@@ -171,11 +174,12 @@ class Queue(ShellBase[T]):
                 raise
             # done(item) and the next get() under one acquisition of the lock; done has taken effect before
             # this waits or ends the loop at ShutDown.
-            n = self._until_yield
-            if n:
-                self._until_yield = n - 1
-            else:
-                self._yield_gil()
+            if self._contended:
+                n = self._until_yield
+                if n:
+                    self._until_yield = n - 1
+                else:
+                    self._yield_gil()
             lock.acquire()
             try:
                 if not core.done(item) and self._drainers and core.idle():

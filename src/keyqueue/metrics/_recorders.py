@@ -17,12 +17,12 @@ Both forget a key when it stops needing it: its add time at ``get``, its process
 from __future__ import annotations
 
 import contextlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
-from keyqueue._core import purge_stale
+from keyqueue._core import LEDGER_FOLD_AT, purge_stale
 from keyqueue.clock import Clock
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKET_BOUNDS_NS",
+    "FOLD_AT",
     "HIST_SLOTS",
     "LockLike",
     "PriorityDepthSource",
@@ -43,6 +44,7 @@ __all__ = [
     "PushRecorder",
     "SharedQueueRecorder",
     "bucket_index",
+    "fold_into",
     "in_flight_ns",
     "nanos_to_seconds",
 ]
@@ -86,6 +88,32 @@ def bucket_index(d_ns: int) -> int:
     if length >= len(_LOW):
         return _INF
     return _LOW[length] + (d_ns > _SPLIT[length])
+
+
+#: How many buffered durations a :class:`PullRecorder` keeps per histogram before it folds them into the buckets
+#: (see :attr:`PullRecorder.queue_obs`): bounds the buffer at a few kB per queue.
+FOLD_AT: Final = LEDGER_FOLD_AT
+
+
+def fold_into(obs: list[int], hist: list[int]) -> None:
+    """Count the durations ``obs`` (integer ns) into the histogram list ``hist`` (:data:`HIST_SLOTS` long: a count
+    per bound, +Inf, sum) and empty ``obs``. Exactly what counting each with :func:`bucket_index` gives: bucket ``i``
+    gets the durations ``d`` with ``BUCKET_BOUNDS_NS[i-1] < d <= BUCKET_BOUNDS_NS[i]``. One sort and ten bisects,
+    all in C, instead of a Python call per observation."""
+    if not obs:
+        return
+    obs.sort()
+    total = len(obs)
+    below = 0
+    for i, bound in enumerate(BUCKET_BOUNDS_NS):
+        n = bisect_right(obs, bound)
+        hist[i] += n - below
+        below = n
+        if n == total:
+            break
+    hist[_INF] += total - below
+    hist[_SUM] += sum(obs)
+    obs.clear()
 
 
 def nanos_to_seconds(ns: int) -> float:
@@ -229,12 +257,17 @@ class PullRecorder:
 
     At the queue's shutdown the in-flight gauges freeze (client-go stops updating them then): :meth:`read` reports
     the processing start times and the clock reading of that moment from then on, whatever is done afterwards.
+
+    A plain queue's core (:meth:`keyqueue._core.QueueCore.keep_ledger`) does not call :meth:`get`/:meth:`done`:
+    it updates ``started`` and ``added`` itself and appends each duration to ``queue_obs``/``work_obs``, which
+    :meth:`fold` counts into the histograms when a buffer reaches :data:`FOLD_AT` entries and before every
+    :meth:`read` (and the provider folds a dead queue's buffers). So a scrape sees exactly the counts the methods
+    would have produced; only the moment the buckets are computed differs.
     """
 
     __slots__ = (
         "__weakref__",
         "_frozen",
-        "_started",
         "add",
         "added",
         "clock",
@@ -242,8 +275,11 @@ class PullRecorder:
         "priority_depth",
         "promote_due",
         "queue_hist",
+        "queue_obs",
         "retries",
+        "started",
         "work_hist",
+        "work_obs",
     )
 
     def __init__(self, clock: Clock, lock: LockLike | None) -> None:
@@ -252,8 +288,11 @@ class PullRecorder:
         self.retries = [0]
         self.queue_hist = [0] * HIST_SLOTS
         self.work_hist = [0] * HIST_SLOTS
+        # Durations (ns) not yet counted into queue_hist / work_hist (see fold()); at most FOLD_AT each.
+        self.queue_obs: list[int] = []
+        self.work_obs: list[int] = []
         self.added: dict[Hashable, int] = {}
-        self._started: dict[Hashable, int] = {}
+        self.started: dict[Hashable, int] = {}  # key -> time it was handed out (until done)
         self.priority_depth: PriorityDepthSource | None = None
         self.promote_due: Callable[[int], object] | None = None  # see bind_core()
         self._frozen: tuple[list[int], int] | None = None  # (processing starts, now) at shutdown
@@ -264,7 +303,7 @@ class PullRecorder:
     # from bucket_index(). Measured against bisect, closure-based and packed-int variants; this was the fastest.
 
     def get(self, item: Hashable, t_ns: int) -> None:
-        self._started[item] = t_ns
+        self.started[item] = t_ns
         t0 = self.added.pop(item, None)
         if t0 is not None:
             d = t_ns - t0
@@ -277,7 +316,7 @@ class PullRecorder:
             h[_SUM] += d
 
     def done(self, item: Hashable, t_ns: int) -> None:
-        t0 = self._started.pop(item, None)
+        t0 = self.started.pop(item, None)
         if t0 is not None:
             d = t_ns - t0
             length = d.bit_length()
@@ -291,13 +330,18 @@ class PullRecorder:
     def retry(self) -> None:
         self.retries[0] += 1
 
+    def fold(self) -> None:
+        """Count the buffered durations into the histograms (called with the queue's lock held)."""
+        fold_into(self.queue_obs, self.queue_hist)
+        fold_into(self.work_obs, self.work_hist)
+
     def lost(self, item: Hashable) -> None:
         purge_stale(self.added, item)  # in place: the provider's slot holds this very dict
-        purge_stale(self._started, item)
+        purge_stale(self.started, item)
 
     def shut_down(self, t_ns: int) -> None:
         if self._frozen is None:
-            self._frozen = (list(self._started.values()), t_ns)
+            self._frozen = (list(self.started.values()), t_ns)
 
     def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
         """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now, depth per
@@ -306,9 +350,10 @@ class PullRecorder:
         with _guard(self.lock):
             if self.promote_due is not None:
                 self.promote_due(self.clock.now_ns())  # delayed keys that fell due count in depth now (client-go)
+            self.fold()
             priority_depth = self.priority_depth
             frozen = self._frozen
-            starts, now = (list(self._started.values()), self.clock.now_ns()) if frozen is None else frozen
+            starts, now = (list(self.started.values()), self.clock.now_ns()) if frozen is None else frozen
             return (
                 self.retries[0],
                 list(self.queue_hist),
@@ -353,7 +398,7 @@ class SharedQueueRecorder(PullRecorder):
         self.depth_source: Callable[[], int] | None = None
 
     def handed_out(self, item: Hashable, t_ns: int, waited_ns: int | None) -> None:
-        self._started[item] = t_ns
+        self.started[item] = t_ns
         if waited_ns is not None:
             h = self.queue_hist
             h[bucket_index(waited_ns)] += 1
@@ -361,7 +406,7 @@ class SharedQueueRecorder(PullRecorder):
 
     def abandon(self, item: Hashable) -> None:
         """Forget ``item``'s processing start without observing a work duration (its lease was lost)."""
-        self._started.pop(item, None)
+        self.started.pop(item, None)
 
     def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
         """As :meth:`PullRecorder.read`, with the shared depth from ``depth_source`` (read first, without the lock)."""

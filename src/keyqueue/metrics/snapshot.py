@@ -23,6 +23,7 @@ from keyqueue.metrics._recorders import (
     LockLike,
     PullRecorder,
     SharedQueueRecorder,
+    fold_into,
     in_flight_ns,
     nanos_to_seconds,
 )
@@ -106,7 +107,9 @@ class _Slot:
     a reader that still sees the dict reads the same number from it (a dead queue's dict no longer changes).
     """
 
-    __slots__ = ("added", "adds_total", "pending_at_death", "queue_hist", "ref", "retries", "work_hist")
+    __slots__ = (
+        "added", "adds_total", "pending_at_death", "queue_hist", "queue_obs", "ref", "retries", "work_hist", "work_obs",
+    )
 
     def __init__(self, recorder: PullRecorder) -> None:
         # A handle on a shared queue counts its adds itself (see SharedQueueRecorder); None for the others.
@@ -114,6 +117,8 @@ class _Slot:
         self.retries = recorder.retries
         self.queue_hist = recorder.queue_hist
         self.work_hist = recorder.work_hist
+        self.queue_obs = recorder.queue_obs  # durations the recorder had not folded yet when it died
+        self.work_obs = recorder.work_obs
         self.added: dict[Hashable, int] | None = recorder.added
         self.pending_at_death = 0
         self.ref = weakref.ref(recorder, self._recorder_died)
@@ -123,6 +128,11 @@ class _Slot:
         if added is not None:
             self.pending_at_death = len(added)
             self.added = None
+
+    def fold(self) -> None:
+        """For a dead recorder: count the durations it had buffered into its histograms (nobody writes them)."""
+        fold_into(self.queue_obs, self.queue_hist)
+        fold_into(self.work_obs, self.work_hist)
 
     def dead_pending(self) -> int:
         """For a dead recorder: its keys that were added and never handed out (for a shared queue's handle: its
@@ -152,6 +162,7 @@ class _Totals:
 
     def add_dead(self, slot: _Slot) -> None:
         # A dead recorder's lists are final: nobody writes them any more.
+        slot.fold()
         self.pending += slot.dead_pending()
         self.retries += slot.retries[0]
         _add_into(self.queue_hist, slot.queue_hist)
