@@ -26,19 +26,20 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import APIError, bad_request, invalid
 
+if TYPE_CHECKING:
+    from .custom import CustomSchema
+
 __all__ = [
+    "BUILTINS",
     "CONFIGMAPS",
     "EVENTS",
     "EVENTS_V1",
-    "GROUP_VERSIONS",
     "LEASES",
-    "NAMESPACED",
     "NAMESPACES",
-    "RESOURCES",
     "REVIEWS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
@@ -52,7 +53,6 @@ __all__ = [
     "from_stored",
     "normalize_time",
     "parse_time",
-    "resource_for",
     "schema_of",
     "stored_type",
     "to_stored",
@@ -84,6 +84,15 @@ class ResourceType:
     renames: tuple[tuple[str, str], ...] = ()
     #: Field selectors whose value is not at the field's own dotted path: ``(selector, path)``.
     field_paths: tuple[tuple[str, str], ...] = ()
+    #: For a custom resource (a version of a CustomResourceDefinition): its schema and subresources, which
+    #: decoding, validation, defaults, pruning, the table form and OpenAPI follow instead of a built-in spec.
+    custom: CustomSchema | None = None
+
+    @property
+    def storage_name(self) -> str:
+        """The resource's part of its storage keys: ``configmaps``; ``<group>/<plural>`` for a custom resource
+        (as kube-apiserver lays out CRs: ``/registry/<group>/<plural>/<namespace>/<name>``)."""
+        return f"{self.group}/{self.name}" if self.custom is not None else self.name
 
     @property
     def discovery_verbs(self) -> list[str]:
@@ -148,20 +157,9 @@ EVENTS_V1: Final = ResourceType(
 )
 #: Types whose create is answered (computed from the request) and never stored.
 REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
-#: Every served resource by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
-GROUP_VERSIONS: Final[dict[str, dict[str, ResourceType]]] = {}
-for _rt in (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, *REVIEWS):
-    GROUP_VERSIONS.setdefault(_rt.api_version, {})[_rt.name] = _rt
-#: The core (``v1``) resources by name.
-RESOURCES: Final = GROUP_VERSIONS["v1"]
-#: Resources stored inside a namespace (deleted with it), one per storage (converted versions left out).
-NAMESPACED: Final = tuple(rt for gv in GROUP_VERSIONS.values() for rt in gv.values()
-                          if rt.namespaced and rt not in REVIEWS and not rt.renames)
-
-
-def resource_for(group_version: str, name: str) -> ResourceType | None:
-    """The resource ``name`` of ``group_version`` (``v1``, ``coordination.k8s.io/v1``), or ``None``."""
-    return GROUP_VERSIONS.get(group_version, {}).get(name)
+#: The built-in resource types, in discovery order.  What one server serves is its
+#: :class:`~.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, *REVIEWS)
 
 # ----------------------------------------------------------------------------- schema
 # A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
@@ -428,7 +426,7 @@ def stored_type(rt: ResourceType) -> ResourceType:
     :attr:`ResourceType.renames` (then the unrenamed type of the same resource name)."""
     if not rt.renames:
         return rt
-    return next(t for gv in GROUP_VERSIONS.values() for t in gv.values() if t.name == rt.name and not t.renames)
+    return next(t for t in BUILTINS if t.name == rt.name and t.group != rt.group and not t.renames)
 
 
 def schema_of(rt: ResourceType) -> dict[str, Any]:

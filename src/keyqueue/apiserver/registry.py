@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import errors
+from .catalogue import Catalogue
 from .errors import APIError
 from .objects import (
-    NAMESPACED,
     NAMESPACES,
     ResourceType,
     canonical,
@@ -200,8 +200,11 @@ class Registry:
     backend calls only.  Errors are raised as :class:`~.errors.APIError`.
     """
 
-    def __init__(self, backend: Backend, prefix: str = "/registry", clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, backend: Backend, prefix: str = "/registry", clock: Callable[[], float] = time.time,
+                 catalogue: Catalogue | None = None) -> None:
         self.backend = backend
+        #: The resource types this registry (and the server on it) serves: the built-ins and its CRDs' resources.
+        self.catalogue = catalogue if catalogue is not None else Catalogue()
         self.prefix = prefix.rstrip("/")
         self._clock = clock
         self._watches: set[ObjectWatch] = set()
@@ -211,13 +214,13 @@ class Registry:
     # ------------------------------------------------------------------ keys and codec
     def key(self, rt: ResourceType, namespace: str | None, name: str) -> str:
         if rt.namespaced:
-            return f"{self.prefix}/{rt.name}/{namespace}/{name}"
-        return f"{self.prefix}/{rt.name}/{name}"
+            return f"{self.prefix}/{rt.storage_name}/{namespace}/{name}"
+        return f"{self.prefix}/{rt.storage_name}/{name}"
 
     def collection_prefix(self, rt: ResourceType, namespace: str | None) -> str:
         if rt.namespaced and namespace:
-            return f"{self.prefix}/{rt.name}/{namespace}/"
-        return f"{self.prefix}/{rt.name}/"
+            return f"{self.prefix}/{rt.storage_name}/{namespace}/"
+        return f"{self.prefix}/{rt.storage_name}/"
 
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
         """The stored form: canonical JSON of the stored type (:func:`~.objects.stored_type`) without
@@ -674,7 +677,7 @@ class Registry:
                 kv = result.kv
                 self._recent.put(kv)
             name = current["metadata"]["name"]
-            for rt in NAMESPACED:
+            for rt in self.catalogue.namespaced():
                 self._delete_all(rt, name)
             if self._namespace_has_objects(name):
                 self._report_remaining(key, name)
@@ -730,7 +733,7 @@ class Registry:
                 return
             resources: dict[str, int] = {}
             finalizers: dict[str, int] = {}
-            for rt in NAMESPACED:
+            for rt in self.catalogue.namespaced():
                 for item in self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]:
                     resources[rt.qualified_name] = resources.get(rt.qualified_name, 0) + 1
                     for f in self.decode(item)["metadata"].get("finalizers") or ():
@@ -759,7 +762,7 @@ class Registry:
 
     def _namespace_has_objects(self, namespace: str) -> bool:
         return any(self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]
-                   for rt in NAMESPACED)
+                   for rt in self.catalogue.namespaced())
 
     def _finish_namespace(self, namespace: str) -> None:
         """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is

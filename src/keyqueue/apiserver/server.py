@@ -1,4 +1,4 @@
-"""The HTTP front end: Kubernetes REST paths for every resource in :data:`~.objects.GROUP_VERSIONS`.
+"""The HTTP front end: Kubernetes REST paths for every resource of the registry's :class:`~.catalogue.Catalogue`.
 
 Served by aiohttp on one asyncio event loop (:mod:`keyqueue._httpserver`, which adds the connection limit, and the
 header, idle and body limits), HTTP/1.1 keep-alive and ``TCP_NODELAY`` (asyncio's default).  Storage calls that
@@ -42,7 +42,7 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 
 from . import discovery, errors
 from .errors import APIError
-from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, resource_for, to_table
+from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, to_table
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
@@ -384,11 +384,11 @@ class APIServer:
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-            rt = resource_for(group_version, rest[0])
+            rt = self.registry.catalogue.resource_for(group_version, rest[0])
             if rt is None or not rt.namespaced or len(rest) > 2:
                 raise errors.path_not_found()
         else:
-            rt = resource_for(group_version, rest[0])
+            rt = self.registry.catalogue.resource_for(group_version, rest[0])
             if rt is None or len(rest) > 2 or (rt.namespaced and len(rest) == 2):
                 raise errors.path_not_found()
         name = rest[1] if len(rest) == 2 else None
@@ -405,20 +405,21 @@ class APIServer:
         if len(parts) > 5:
             return None
         path = "/" + "/".join(parts)
+        catalogue = self.registry.catalogue
         if path == "/version":
             return _json_response(200, discovery.version_info())
         if path == "/api":
             return _json_response(200, discovery.api_versions(f"{self.host}:{self.port}"))
         if path == "/apis":
-            return _json_response(200, discovery.api_group_list())
+            return _json_response(200, catalogue.api_group_list())
         if path == "/openapi/v3":
-            return _json_response(200, discovery.openapi_v3_root())
-        if path.startswith("/openapi/v3/") and (doc := discovery.openapi_v3_bytes(path[12:])) is not None:
+            return _json_response(200, catalogue.openapi_v3_root())
+        if path.startswith("/openapi/v3/") and (doc := catalogue.openapi_v3_bytes(path[12:])) is not None:
             return web.Response(status=200, body=doc, content_type="application/json")
-        if parts[:1] == ["apis"] and len(parts) == 2 and (group := discovery.api_group(parts[1])) is not None:
+        if parts[:1] == ["apis"] and len(parts) == 2 and (group := catalogue.api_group(parts[1])) is not None:
             return _json_response(200, group)
         if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
-            resources = discovery.api_resource_list("/".join(parts[1:]))
+            resources = catalogue.api_resource_list("/".join(parts[1:]))
             if resources is not None:
                 return _json_response(200, resources)
             return None
