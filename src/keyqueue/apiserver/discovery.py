@@ -393,10 +393,13 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
     patch = _operation(f"patch{scope}{rt.kind}", "patch", rt,
                        [*_WRITE_PARAMS, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
                        item, codes=("200", "201"))
+    # kubectl's client-side apply sends a strategic merge patch only where the PATCH operation accepts one; a
+    # custom resource does not (as in kube), so kubectl sends it a JSON merge patch.
+    patch_types = ["application/json-patch+json", "application/merge-patch+json"]
+    if rt.custom is None:
+        patch_types.append("application/strategic-merge-patch+json")
     patch["requestBody"] = {
-        "content": {ct: {"schema": _ref(_META + "Patch")} for ct in (
-            "application/json-patch+json", "application/merge-patch+json",
-            "application/strategic-merge-patch+json")},
+        "content": {ct: {"schema": _ref(_META + "Patch")} for ct in patch_types},
         "required": True,
     }
     paths: dict[str, Any] = {

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTINS",
     "CONFIGMAPS",
+    "CRDS",
     "EVENTS",
     "EVENTS_V1",
     "LEASES",
@@ -47,6 +48,7 @@ __all__ = [
     "ResourceType",
     "age",
     "canonical",
+    "decode_meta",
     "decode_typed",
     "field_value",
     "format_time",
@@ -155,11 +157,14 @@ EVENTS_V1: Final = ResourceType(
     _NAME_NAMESPACE | {f"regarding.{f}" for f in _REFERENCE_FIELDS} | {"reason", "reportingController", "type"},
     "events.k8s.io", renames=_EVENT_RENAMES,
 )
+CRDS: Final = ResourceType(
+    "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", False, ("crd", "crds"),
+    frozenset({"metadata.name"}), "apiextensions.k8s.io")
 #: Types whose create is answered (computed from the request) and never stored.
 REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
 #: The built-in resource types, in discovery order.  What one server serves is its
 #: :class:`~.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
-BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, *REVIEWS)
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS)
 
 # ----------------------------------------------------------------------------- schema
 # A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
@@ -207,6 +212,10 @@ _OBJECT_REFERENCE: Final[dict[str, _Spec]] = {
 }
 _EVENT_SOURCE: Final[dict[str, _Spec]] = {"component": "string", "host": "string"}
 _EVENT_SERIES: Final[dict[str, _Spec]] = {"count": "integer", "lastObservedTime": "microtime"}
+_CRD_NAMES: Final[dict[str, _Spec]] = {
+    "plural": "string", "singular": "string", "shortNames": ("list", "string"), "kind": "string",
+    "listKind": "string", "categories": ("list", "string"),
+}
 # Keyed by ResourceType.qualified_name (``events`` and ``events.events.k8s.io`` are different shapes).
 _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
     "events": {
@@ -300,6 +309,37 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
                 {"type": "string", "status": "string", "lastTransitionTime": "string", "reason": "string",
                  "message": "string"},
             ),
+        },
+    },
+    "customresourcedefinitions.apiextensions.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {
+            "group": "string",
+            "names": _CRD_NAMES,
+            "scope": "string",
+            "versions": ("list", {
+                "name": "string",
+                "served": "boolean",
+                "storage": "boolean",
+                "deprecated": "boolean",
+                "deprecationWarning": ("ptr", "string"),
+                "schema": {"openAPIV3Schema": "any"},
+                "subresources": {"status": ("ptr", "any"), "scale": ("ptr", "any")},
+                "additionalPrinterColumns": ("list", {
+                    "name": "string", "type": "string", "format": "string", "description": "string",
+                    "priority": "integer", "jsonPath": "string"}),
+                "selectableFields": ("list", {"jsonPath": "string"}),
+            }),
+            "conversion": {"strategy": "string", "webhook": ("ptr", "any")},
+            "preserveUnknownFields": "boolean",
+        },
+        "status": {
+            "conditions": ("list", {"type": "string", "status": "string", "lastTransitionTime": "string",
+                                    "reason": "string", "message": "string"}),
+            "acceptedNames": _CRD_NAMES,
+            "storedVersions": ("list", "string"),
         },
     },
     "leases.coordination.k8s.io": {
@@ -397,6 +437,8 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     MicroTime (``spec.acquireTime``/``spec.renewTime`` of a Lease), or a
     ``kind`` or ``apiVersion`` other than ``rt``'s.
     """
+    if rt.custom is not None:
+        return rt.custom.decode(rt, body)
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
@@ -421,6 +463,13 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     return obj, unknown
 
 
+def decode_meta(rt: ResourceType, value: Any, unknown: list[str]) -> dict[str, Any]:
+    """``metadata`` decoded as ``ObjectMeta`` (400 for a value of the wrong type; unknown fields dropped and their
+    paths added to ``unknown``)."""
+    out: dict[str, Any] = _decode(rt, _OBJECT_META, value, "metadata", unknown)
+    return out
+
+
 def stored_type(rt: ResourceType) -> ResourceType:
     """The type whose shape ``rt``'s objects are stored in: ``rt`` itself unless it has
     :attr:`ResourceType.renames` (then the unrenamed type of the same resource name)."""
@@ -436,7 +485,10 @@ def schema_of(rt: ResourceType) -> dict[str, Any]:
 
 def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
     """``obj`` (of ``rt``) in the form its storage holds: :attr:`ResourceType.renames` undone, the stored
-    type's ``kind`` and ``apiVersion``.  Other types are returned as they are (a shallow copy)."""
+    type's ``kind`` and ``apiVersion``; a custom resource with the ``apiVersion`` of its CRD's storage version (no
+    conversion: the strategy ``None``).  Other types are returned as they are (a shallow copy)."""
+    if rt.custom is not None:
+        return {**obj, "apiVersion": f"{rt.group}/{rt.custom.storage_version}"}
     if not rt.renames:
         return dict(obj)
     served_to_stored = {served: stored for stored, served in rt.renames}
@@ -447,7 +499,10 @@ def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_stored(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order."""
+    """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order; a custom
+    resource with ``rt``'s ``apiVersion`` and its schema's defaults applied (kube defaults on every read)."""
+    if rt.custom is not None:
+        return rt.custom.from_stored(rt, obj)
     if not rt.renames:
         return obj
     stored_to_served = dict(rt.renames)
@@ -473,7 +528,10 @@ def field_value(rt: ResourceType, obj: Mapping[str, Any], selector: str) -> str:
 
 
 def canonical(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order)."""
+    """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order); a custom
+    resource with every key sorted (kube encodes them as maps)."""
+    if rt.custom is not None:
+        return rt.custom.canonical(obj)
     return _order(_SCHEMAS[rt.qualified_name], obj)  # type: ignore[no-any-return]
 
 
@@ -536,7 +594,7 @@ def _bad(field: str, value: str, message: str) -> _Cause:
 
 
 def _name_causes(rt: ResourceType, name: str) -> list[_Cause]:
-    if rt.namespaced:
+    if rt is not NAMESPACES:
         if len(name) > 253:
             return [_bad("metadata.name", name, "must be no more than 253 characters")]
         if not _DNS1123_SUBDOMAIN.fullmatch(name):
@@ -584,9 +642,17 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
+    if rt.custom is not None:
+        causes.extend(rt.custom.causes(obj))
     causes.extend(_int64_causes(obj))
     if causes:
-        raise invalid(rt.kind, rt.qualified_name, name, causes)
+        raise invalid(invalid_kind(rt), rt.qualified_name, name, causes)
+
+
+def invalid_kind(rt: ResourceType) -> str:
+    """How a 422 message names ``rt``'s kind: ``ConfigMap``; ``Widget.example.com`` for a custom resource and
+    ``CustomResourceDefinition.apiextensions.k8s.io`` (kube's group-qualified kind)."""
+    return f"{rt.kind}.{rt.group}" if rt.custom is not None or rt is CRDS else rt.kind
 
 
 _LEASE_STRATEGIES: Final = ("OldestEmulationVersion",)
@@ -681,7 +747,7 @@ def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, 
         if new.get("binaryData") != old.get("binaryData"):
             causes.append(("FieldValueForbidden", "binaryData", why))
     if causes:
-        raise invalid(rt.kind, rt.qualified_name, name, causes)
+        raise invalid(invalid_kind(rt), rt.qualified_name, name, causes)
 
 
 # ----------------------------------------------------------------------------- time and tables
@@ -823,7 +889,7 @@ def _event_cells(regarding: str, note: str, last: str, first: str, count: str) -
     ]
 
 
-_NAME_AND_AGE: Final = [(_NAME_COLUMN, _name_cell), (_AGE_COLUMN, _age_cell)]
+_NAME_AND_AGE: Final[list[tuple[dict[str, Any], _Cell]]] = [(_NAME_COLUMN, _name_cell), (_AGE_COLUMN, _age_cell)]
 #: The Table columns per type (by qualified name) with the cell of each; other types show Name and Age.
 _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
     "configmaps": [
@@ -849,9 +915,16 @@ _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
 }
 
 
+def _columns(rt: ResourceType) -> list[tuple[dict[str, Any], _Cell]]:
+    """The Table columns of ``rt``: its own, a CRD's ``additionalPrinterColumns`` after Name, else Name and Age."""
+    if rt.custom is not None and rt.custom.printer_columns:
+        return [(_NAME_COLUMN, _name_cell), *rt.custom.columns(_since)]
+    return _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)
+
+
 def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    row: dict[str, Any] = {"cells": [cell(obj, now) for _, cell in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)]}
+    row: dict[str, Any] = {"cells": [cell(obj, now) for _, cell in _columns(rt)]}
     if include_object == "Object":
         row["object"] = obj
     elif include_object != "None":
@@ -876,6 +949,6 @@ def to_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": [d for d, _ in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)],
+        "columnDefinitions": [d for d, _ in _columns(rt)],
         "rows": [_row(rt, o, now, include_object) for o in objs],
     }

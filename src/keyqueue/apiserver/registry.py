@@ -42,14 +42,16 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import errors
 from .catalogue import Catalogue
+from .crd import crd_causes, prepare_crd, served_types
 from .errors import APIError
 from .objects import (
+    CRDS,
     NAMESPACES,
     ResourceType,
     canonical,
@@ -57,6 +59,7 @@ from .objects import (
     field_value,
     format_time,
     from_stored,
+    invalid_kind,
     stored_type,
     to_stored,
     validate,
@@ -435,6 +438,7 @@ class Registry:
         if generate:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
+        self._prepare_extension(rt, obj, None)
         validate(rt, obj)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
@@ -448,7 +452,10 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv, rt=rt)
+                created = self.decode(result.kv, rt=rt)
+                if rt is CRDS:
+                    self._serve_crd(created)
+                return created
             if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
                 guard = self._namespace_guard(rt, namespace, meta["name"])
                 continue
@@ -521,6 +528,8 @@ class Registry:
                     self._recent.forget(key)
                     if namespace is not None:
                         self._finish_namespace(namespace)
+                    if rt is CRDS:
+                        self._unserve_crd(new)
                     return _with_rv(new, kv.mod_revision)
                 kv = result.kv
                 confirmed = True
@@ -529,12 +538,16 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv, rt=rt)
+                updated = self.decode(result.kv, rt=rt)
+                if rt is CRDS:
+                    self._serve_crd(updated)
+                return updated
             kv = result.kv
             confirmed = True
 
     def _update_checks(
-        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any]
+        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
+        subresource: str = "",
     ) -> dict[str, Any]:
         meta = new["metadata"]
         if not meta.get("name"):
@@ -548,6 +561,7 @@ class Registry:
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
+        self._prepare_extension(rt, new, current, subresource)
         _validate_update(rt, new, current)
         if current["metadata"].get("deletionTimestamp"):
             had = set(current["metadata"].get("finalizers") or ())
@@ -560,13 +574,16 @@ class Registry:
         return new
 
     def update(
-        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions,
+        subresource: str = "",
     ) -> dict[str, Any]:
-        """Replace an object (PUT).  With ``metadata.resourceVersion`` in ``body`` it is a compare-and-swap."""
+        """Replace an object (PUT).  With ``metadata.resourceVersion`` in ``body`` it is a compare-and-swap.
+        ``subresource`` ``"status"``: a custom resource's status subresource (only ``status`` is taken from
+        ``body``; the main endpoint then ignores ``status``)."""
         obj = self.decode_body(rt, body, opts)
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
-            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current)
+            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -578,13 +595,15 @@ class Registry:
         patch_type: str,
         patch: Any,
         opts: WriteOptions,
+        subresource: str = "",
     ) -> dict[str, Any]:
-        """Patch an object.  A ``resourceVersion`` set by the patch is a precondition."""
+        """Patch an object.  A ``resourceVersion`` set by the patch is a precondition.  ``subresource`` as for
+        :meth:`update`."""
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
             patched = apply_patch(patch_type, current, patch)
             new = self.decode_body(rt, patched, opts)
-            return self._update_checks(rt, namespace, name, new, current)
+            return self._update_checks(rt, namespace, name, new, current, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -641,9 +660,13 @@ class Registry:
                 continue
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
+            if rt is CRDS:  # its objects go first, and nothing more is served for it
+                self._unserve_crd(current)
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if rt is CRDS:
+                    self._delete_custom_objects(current)  # any created while it was going
                 if namespace is not None and meta.get("deletionTimestamp"):
                     self._finish_namespace(namespace)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
@@ -777,6 +800,71 @@ class Registry:
             if result.succeeded or result.kv is None:
                 self._recent.forget(ns_key)
                 return
+
+    # ------------------------------------------------------------------ CustomResourceDefinitions
+    def _prepare_extension(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
+                           subresource: str = "") -> None:
+        """The strategies of CRDs and custom resources on a create (``old`` ``None``) or an update: a CR's
+        generation and status subresource (:class:`~.custom.CustomSchema`); a CRD's defaults, status and
+        validation (:mod:`.crd`, 422 if invalid)."""
+        if rt.custom is not None:
+            if old is None:
+                rt.custom.prepare_create(obj)
+            else:
+                rt.custom.prepare_update(obj, old, subresource)
+        elif rt is CRDS:
+            prepare_crd(obj, old, self._clock())
+            causes = crd_causes(obj, old)
+            if causes:
+                raise errors.invalid(invalid_kind(CRDS), CRDS.qualified_name, obj["metadata"].get("name", ""),
+                                     causes)
+
+    def serve_stored_crds(self) -> int:
+        """Serve the custom resources of every CRD in storage (a server started on an etcd that has CRDs);
+        returns how many CRDs are served."""
+        kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(CRDS, None), 0)
+        for kv in kvs:
+            self._serve_crd(self.decode(kv, rt=CRDS))
+        return len(kvs)
+
+    def _serve_crd(self, crd: dict[str, Any]) -> None:
+        """After a CRD was stored: serve its versions (unless it is being deleted).  Open watches on versions
+        no longer served are ended."""
+        name = crd["metadata"]["name"]
+        if crd["metadata"].get("deletionTimestamp"):
+            return
+        types = served_types(crd)
+        before = self.catalogue.custom(name)
+        self.catalogue.set_custom(name, types)
+        kept = {t.version for t in types}
+        self._end_watches([rt for rt in before if rt.version not in kept])
+
+    def _unserve_crd(self, crd: dict[str, Any]) -> None:
+        """A CRD is going: stop serving it, end the watches on its resources and delete its objects."""
+        self._end_watches(self.catalogue.remove_custom(crd["metadata"]["name"]))
+        self._delete_custom_objects(crd)
+
+    def _end_watches(self, types: Sequence[ResourceType]) -> None:
+        ended = {id(rt) for rt in types}
+        with self._lock:
+            watches = [w for w in self._watches if id(w.rt) in ended]
+        for w in watches:
+            w.close()
+
+    def _delete_custom_objects(self, crd: dict[str, Any]) -> None:
+        """Delete every stored object of the CRD ``crd`` (finalizers are not waited for)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        if not group or not plural:
+            return
+        prefix = f"{self.prefix}/{group}/{plural}/"
+        while True:
+            kvs, _ = self._backend_call(self.backend.range, prefix, 0)
+            if not kvs:
+                return
+            for kv in kvs:
+                self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                self._recent.forget(kv.key)
 
     # ------------------------------------------------------------------ watch
     def watch(
