@@ -43,3 +43,18 @@ def test_documents_follow_changes() -> None:
     assert cat.api_group("example.com") is None
     # The built-in documents are the same as before the CRD came and went.
     assert cat.openapi_v3_root()["paths"] == before
+
+
+def test_changes_apply_in_revision_order() -> None:
+    """Two writers of one CRD may report in either order: an older state never replaces a newer one, and a CRD
+    deleted at revision R is not served again by a state older than R."""
+    cat = Catalogue()
+    new, old = _widgets("v2"), _widgets("v1")
+    assert cat.set_custom("widgets.example.com", [new], revision=5)
+    assert not cat.set_custom("widgets.example.com", [old], revision=3)
+    assert cat.custom("widgets.example.com") == (new,)
+    assert cat.remove_custom("widgets.example.com", revision=7) == (new,)
+    assert not cat.set_custom("widgets.example.com", [old], revision=6)
+    assert cat.resource_for("example.com/v1", "widgets") is None
+    assert cat.set_custom("widgets.example.com", [old], revision=8)  # created again
+    assert cat.resource_for("example.com/v1", "widgets") is old

@@ -638,3 +638,37 @@ def test_kubectl_crd_without_columns_shows_name_and_age(kubectl_path: str, memor
         assert kubectl.run("get", f"widgets.{group}").stdout.splitlines()[0].split() == ["NAME", "AGE"]
     finally:
         kubectl.run("delete", "crd", f"widgets.{group}")
+
+
+# ----------------------------------------------------------------------------- the informer
+
+
+def test_informer_on_custom_resources(server: TestAPIServer, group: str, ns: str,
+                                      co: client.CustomObjectsApi) -> None:
+    import queue as queue_module
+
+    from keyqueue.informer import Informer
+
+    events: queue_module.Queue[tuple[str, str, Any]] = queue_module.Queue()
+    co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("before", group))
+    with server.api_client() as api_client:
+        informer = Informer.for_custom_objects(api_client, group, "v1", "widgets", ns, watch_timeout=30)
+        informer.add_event_handler(
+            on_add=lambda o: events.put(("add", o["metadata"]["name"], o)),
+            on_update=lambda old, new: events.put(("update", new["metadata"]["name"], new)),
+            on_delete=lambda o: events.put(("delete", o["metadata"]["name"], o)))
+        with informer:
+            assert informer.wait_for_cache_sync(10)
+            kind, name, obj = events.get(timeout=10)
+            assert (kind, name) == ("add", "before") and obj["kind"] == "Widget"
+            assert obj["apiVersion"] == f"{group}/v1"
+            co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("after", group))
+            assert events.get(timeout=10)[:2] == ("add", "after")
+            co.patch_namespaced_custom_object_status(group, "v1", ns, "widgets", "after", {"status": {"ready": True}})
+            kind, name, obj = events.get(timeout=10)
+            assert (kind, name) == ("update", "after") and obj["status"] == {"ready": True}
+            co.delete_namespaced_custom_object(group, "v1", ns, "widgets", "before")
+            assert events.get(timeout=10)[:2] == ("delete", "before")
+            assert sorted(informer.store.list_keys()) == [f"{ns}/after"]
+    with pytest.raises(ValueError, match="plural must be a non-empty str"):
+        Informer.for_custom_objects(object(), group, "v1", "")

@@ -45,6 +45,7 @@ class Catalogue:
         self._builtins = {gv: dict(types) for gv, types in served.items()}
         self._served: Mapping[str, Mapping[str, ResourceType]] = served
         self._custom: dict[str, tuple[ResourceType, ...]] = {}  # CRD name -> the types it serves
+        self._revisions: dict[str, int] = {}  # CRD name -> the storage revision of the last change applied
         self._documents: _Documents | None = None
 
     # ------------------------------------------------------------------ lookups
@@ -76,18 +77,25 @@ class Catalogue:
             return self._custom.get(crd_name, ())
 
     # ------------------------------------------------------------------ changes
-    def set_custom(self, crd_name: str, types: Sequence[ResourceType]) -> None:
-        """Serve ``types`` (the served versions of the CRD ``crd_name``) instead of what it served before.  A
-        resource name taken by a built-in type or another CRD in the same group version is not replaced (the CRD's
-        ``NamesAccepted`` condition reports that conflict before this is called)."""
+    def set_custom(self, crd_name: str, types: Sequence[ResourceType], revision: int = 0) -> bool:
+        """Serve ``types`` (the served versions of the CRD ``crd_name``, as stored at ``revision``) instead of what
+        it served before; returns False (and changes nothing) if a change of a later revision was applied already
+        (two writers of one CRD may get here in either order).  A resource name taken by a built-in type or
+        another CRD in the same group version is not replaced."""
         with self._lock:
+            if revision and revision <= self._revisions.get(crd_name, 0):
+                return False
+            self._revisions[crd_name] = revision
             custom = dict(self._custom)
             custom[crd_name] = tuple(types)
             self._rebuild(custom)
+            return True
 
-    def remove_custom(self, crd_name: str) -> tuple[ResourceType, ...]:
-        """Stop serving the CRD ``crd_name``; returns the types it served."""
+    def remove_custom(self, crd_name: str, revision: int = 0) -> tuple[ResourceType, ...]:
+        """Stop serving the CRD ``crd_name`` (deleted at ``revision``; an earlier state arriving later is then
+        ignored by :meth:`set_custom`); returns the types it served."""
         with self._lock:
+            self._revisions[crd_name] = max(revision, self._revisions.get(crd_name, 0))
             custom = dict(self._custom)
             removed = custom.pop(crd_name, ())
             self._rebuild(custom)

@@ -529,7 +529,7 @@ class Registry:
                     if namespace is not None:
                         self._finish_namespace(namespace)
                     if rt is CRDS:
-                        self._unserve_crd(new)
+                        self._unserve_crd(new, kv.mod_revision + 1)
                     return _with_rv(new, kv.mod_revision)
                 kv = result.kv
                 confirmed = True
@@ -661,7 +661,7 @@ class Registry:
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             if rt is CRDS:  # its objects go first, and nothing more is served for it
-                self._unserve_crd(current)
+                self._unserve_crd(current, kv.mod_revision + 1)
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
@@ -835,13 +835,15 @@ class Registry:
             return
         types = served_types(crd)
         before = self.catalogue.custom(name)
-        self.catalogue.set_custom(name, types)
+        if not self.catalogue.set_custom(name, types, int(crd["metadata"]["resourceVersion"])):
+            return  # a later state of this CRD is served already
         kept = {t.version for t in types}
         self._end_watches([rt for rt in before if rt.version not in kept])
 
-    def _unserve_crd(self, crd: dict[str, Any]) -> None:
-        """A CRD is going: stop serving it, end the watches on its resources and delete its objects."""
-        self._end_watches(self.catalogue.remove_custom(crd["metadata"]["name"]))
+    def _unserve_crd(self, crd: dict[str, Any], revision: int) -> None:
+        """A CRD is going (at ``revision``): stop serving it, end the watches on its resources, delete its
+        objects."""
+        self._end_watches(self.catalogue.remove_custom(crd["metadata"]["name"], revision))
         self._delete_custom_objects(crd)
 
     def _end_watches(self, types: Sequence[ResourceType]) -> None:

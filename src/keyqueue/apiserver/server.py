@@ -10,7 +10,9 @@ buffer: a watcher that stops reading has its watch ended, as kube-apiserver does
 
 Paths: ``/api/v1/...`` for the core group and ``/apis/{group}/{version}/...`` for a resource type whose ``group``
 is set, each as ``[namespaces/{ns}/]{resource}[/{name}]`` and ``watch/...`` (namespaced types also list across
-namespaces at ``{resource}``).
+namespaces at ``{resource}``).  A custom resource whose CRD version declares the ``status`` subresource also has
+``{resource}/{name}/status`` (get, update, patch); ``scale`` is not served (404).  Custom resources accept JSON and
+merge patches only (a strategic merge patch is 415, as in kube).
 
 Server-side apply (``application/apply-patch+yaml``) is answered with 415
 Unsupported Media Type; kubectl then reports that server-side apply is not
