@@ -164,6 +164,10 @@ _BAD_CRDS: list[tuple[str, Any, str, str]] = [
     ("array without items", lambda b: b["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
      ["properties"]["tags"].pop("items"),
      "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags].items", "Required value"),
+    ("invalid default", lambda b: b["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+     ["properties"]["color"].update(default="pink"),
+     "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[color].default",
+     'Unsupported value: "pink": supported values: "red", "blue"'),
     ("conversion webhook", lambda b: b["spec"].update(conversion={"strategy": "Webhook"}),
      "spec.conversion.strategy", 'Unsupported value: "Webhook"'),
 ]
@@ -617,6 +621,8 @@ def test_kubectl_apply_get_explain(kubectl_path: str, memory_server: TestAPIServ
         err = kubectl.fail("patch", f"widgets.{group}", "k1", "-p", '{"spec":{"size":5}}')
         assert "application/strategic-merge-patch+json is not supported" in err
         kubectl.run("patch", f"widgets.{group}", "k1", "--type=merge", "-p", '{"spec":{"size":5}}')
+        assert kubectl.run("get", "crd", f"widgets.{group}").stdout.split()[:4] == ["NAME", "CREATED", "AT",
+                                                                                  f"widgets.{group}"]
         explain = kubectl.run("explain", f"widgets.{group}.spec").stdout
         assert "What the widget should be." in explain and "size\t<integer> -required-" in explain
         assert "How big." in explain

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .custom import CustomSchema
+from .custom import CustomSchema, check_value
 from .objects import ResourceType, format_time
 
 __all__ = ["crd_causes", "prepare_crd", "served_types"]
@@ -121,6 +121,10 @@ def _schema_causes(schema: Any, path: str, root: bool) -> list[_Cause]:
     extra = schema.get("additionalProperties")
     if isinstance(extra, Mapping):
         causes.extend(_schema_causes(extra, f"{path}.additionalProperties", False))
+    if "default" in schema and not causes:  # a default must itself be valid (kube checks it against its schema)
+        problems: list[_Cause] = []
+        check_value(schema["default"], schema, f"{path}.default", problems)
+        causes.extend(problems)
     return causes
 
 

@@ -34,7 +34,7 @@ from .errors import bad_request
 if TYPE_CHECKING:
     from .objects import ResourceType
 
-__all__ = ["CustomSchema", "json_path_value", "type_name"]
+__all__ = ["CustomSchema", "check_value", "json_path_value", "type_name"]
 
 _Cause = tuple[str, str, str]
 _TYPE_NAMES: Final = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
@@ -167,6 +167,12 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, causes: list[_Cause
                 _check(item, schema["items"], f"{path}[{i}]", causes)
     elif isinstance(value, dict):
         _check_object(value, schema, path, causes)
+
+
+def check_value(value: Any, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    """Append to ``causes`` what is wrong with ``value`` against the structural ``schema`` (``path`` names it in the
+    messages, as kube's field errors do)."""
+    _check(value, schema, path, causes)
 
 
 def _check_number(value: float, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:

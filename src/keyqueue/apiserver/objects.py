@@ -909,6 +909,11 @@ _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
          _path_cell("spec", "holderIdentity")),
         (_AGE_COLUMN, _age_cell),
     ],
+    "customresourcedefinitions.apiextensions.k8s.io": [
+        (_NAME_COLUMN, _name_cell),
+        (_column("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this "
+                 "object was created."), _path_cell("metadata", "creationTimestamp")),
+    ],
     "events": _event_cells("involvedObject", "message", "lastTimestamp", "firstTimestamp", "count"),
     "events.events.k8s.io": _event_cells("regarding", "note", "deprecatedLastTimestamp",
                                          "deprecatedFirstTimestamp", "deprecatedCount"),
