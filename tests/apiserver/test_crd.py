@@ -528,9 +528,12 @@ def test_namespace_deletion_deletes_custom_resources(server: TestAPIServer, grou
 
 
 def test_deleting_the_crd_removes_its_resources(server: TestAPIServer, ns: str) -> None:
+    """As kube's CRD finalizer: the CRD is marked, creates are refused, its objects deleted (one with a finalizer
+    waits for it), then the CRD goes, its watches end and nothing of it is served or stored."""
     group = _group()
     api = client.ApiextensionsV1Api(server.api_client())
-    api.create_custom_resource_definition(crd_body(group))
+    created = api.create_custom_resource_definition(crd_body(group))
+    assert created.metadata.finalizers == ["customresourcecleanup.apiextensions.k8s.io"]
     co = client.CustomObjectsApi(server.api_client())
     co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("d1", group))
     co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("d2", group, finalizers=["x/y"]))
@@ -539,9 +542,24 @@ def test_deleting_the_crd_removes_its_resources(server: TestAPIServer, ns: str) 
     try:
         assert {collector.next(10)["type"] for _ in range(2)} == {"ADDED"}
         api.delete_custom_resource_definition(f"widgets.{group}")
+        terminating = api.read_custom_resource_definition(f"widgets.{group}")
+        assert terminating.metadata.deletion_timestamp is not None
+        with pytest.raises(client.ApiException) as exc:
+            co.get_namespaced_custom_object(group, "v1", ns, "widgets", "d1")
+        assert exc.value.status == 404
+        marked = co.get_namespaced_custom_object(group, "v1", ns, "widgets", "d2")  # waits for its finalizer
+        assert marked["metadata"]["deletionTimestamp"]
+        with pytest.raises(client.ApiException) as exc:
+            co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("late", group))
+        assert exc.value.status == 405 and "terminating" in _error(exc)["message"]
+        assert not collector.done.is_set()  # still served: the watch goes on
+        co.patch_namespaced_custom_object(group, "v1", ns, "widgets", "d2", {"metadata": {"finalizers": None}})
         assert collector.done.wait(10), "the watch on the deleted resource did not end"
     finally:
         collector.stop()
+    with pytest.raises(client.ApiException) as exc:
+        api.read_custom_resource_definition(f"widgets.{group}")
+    assert exc.value.status == 404
     code, status = raw_request(server, f"/apis/{group}/v1/namespaces/{ns}/widgets/d1")
     assert code == 404 and status["kind"] == "Status"
     assert server.backend.range(f"/registry/{group}/")[0] == []  # nothing left in storage

@@ -14,8 +14,10 @@ where kube-apiserver's CRD strategy and its apiextensions controllers act:
 Differences from kube-apiserver, on purpose: the status is computed within the CRD's own write (no controllers,
 so the CRD is ``Established`` when the create returns); no name conflicts between CRDs of one group are detected;
 conversion webhooks are refused (422) -- every version is served from the same stored objects with ``apiVersion``
-rewritten (strategy ``None``); ``scale`` is accepted but not served (404); deleting a CRD deletes its objects
-at once, finalizers or not (kube waits for them with the CRD ``Terminating``).
+rewritten (strategy ``None``); ``scale`` is accepted but not served (404).  Deleting a CRD works as kube's
+cleanup finalizer (:data:`CRD_FINALIZER`): the CRD is marked, creates of its resources get 405, its objects are
+deleted within the DELETE call (those with finalizers are marked and waited for), and the CRD goes with the last
+of them -- but no ``Terminating`` condition is written.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ from typing import Any, Final
 from .custom import CustomSchema, check_value
 from .objects import ResourceType, format_time
 
-__all__ = ["crd_causes", "prepare_crd", "served_types"]
+__all__ = ["CRD_FINALIZER", "crd_causes", "prepare_crd", "served_types"]
+
+#: The finalizer every CRD gets on create, as in kube: deleting the CRD marks it, its objects are deleted (those
+#: with finalizers waited for), then this finalizer is removed and the CRD goes.
+CRD_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 
 _Cause = tuple[str, str, str]
 _DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -222,6 +228,8 @@ def prepare_crd(crd: dict[str, Any], old: Mapping[str, Any] | None, now: float) 
     """Defaults and the server-written status of a CRD being created (``old`` ``None``) or updated (in place).
     The status a client sends is ignored (the CRD's status is a subresource); ``storedVersions`` only grows."""
     spec = crd.setdefault("spec", {})
+    if old is None and CRD_FINALIZER not in (crd["metadata"].get("finalizers") or ()):
+        crd["metadata"]["finalizers"] = [*(crd["metadata"].get("finalizers") or ()), CRD_FINALIZER]
     old_generation = int(((old or {}).get("metadata") or {}).get("generation") or 0)
     changed = old is None or spec != old.get("spec")
     crd["metadata"]["generation"] = old_generation + 1 if changed else old_generation
@@ -271,6 +279,7 @@ def served_types(crd: Mapping[str, Any]) -> list[ResourceType]:
             printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             categories=tuple(names.get("categories") or ()),
             crd_uid=crd["metadata"].get("uid", ""),
+            terminating=bool(crd["metadata"].get("deletionTimestamp")),
         )
         out.append(ResourceType(
             names["plural"], names.get("singular") or str(names["kind"]).lower(), names["kind"], namespaced,

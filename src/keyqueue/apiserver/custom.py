@@ -273,6 +273,8 @@ class CustomSchema:
     categories: tuple[str, ...] = ()
     #: The CRD's ``metadata.uid``: a CRD deleted and created again under the same name is another one.
     crd_uid: str = ""
+    #: True while the CRD is being deleted: its objects are still served, creates are refused (405).
+    terminating: bool = False
 
     # ------------------------------------------------------------------ decoding
     def decode(self, rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]]:

@@ -42,13 +42,13 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import errors
 from .catalogue import Catalogue
-from .crd import crd_causes, prepare_crd, served_types
+from .crd import CRD_FINALIZER, crd_causes, prepare_crd, served_types
 from .errors import APIError
 from .objects import (
     CRDS,
@@ -428,7 +428,11 @@ class Registry:
                         obj.pop(part, None)
 
     def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
-        """Create an object (POST).  ``body`` is the decoded JSON request body."""
+        """Create an object (POST).  ``body`` is the decoded JSON request body.  405 for a custom resource whose
+        CRD is being deleted."""
+        if rt.custom is not None and rt.custom.terminating:
+            raise errors.APIError(405, "MethodNotAllowed",
+                                  "create not allowed while custom resource definition is terminating")
         obj = self.decode_body(rt, body, opts)
         meta = obj["metadata"]
         self._check_namespace(rt, obj, namespace)
@@ -530,6 +534,8 @@ class Registry:
                         self._finish_namespace(namespace)
                     if rt is CRDS:
                         self._unserve_crd(new, kv.mod_revision + 1)
+                    if rt.custom is not None:
+                        self._finish_crd(rt.custom.crd_name)
                     return _with_rv(new, kv.mod_revision)
                 kv = result.kv
                 confirmed = True
@@ -655,7 +661,10 @@ class Registry:
                 if result.succeeded:
                     assert result.kv is not None
                     self._recent.put(result.kv)
-                    return self.decode(result.kv, rt=rt)
+                    stored = self.decode(result.kv, rt=rt)
+                    if rt is CRDS:  # kube's CRD finalizer: its objects are deleted, then the CRD
+                        self._terminate_crd(stored)
+                    return stored
                 kv = result.kv
                 continue
             if opts.dry_run:
@@ -669,6 +678,8 @@ class Registry:
                     self._delete_custom_objects(current)  # any created while it was going
                 if namespace is not None and meta.get("deletionTimestamp"):
                     self._finish_namespace(namespace)
+                if rt.custom is not None and rt.custom.terminating:
+                    self._finish_crd(rt.custom.crd_name)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
 
@@ -828,28 +839,66 @@ class Registry:
         return len(kvs)
 
     def _serve_crd(self, crd: dict[str, Any]) -> None:
-        """After a CRD was stored: serve its versions (unless it is being deleted).  Open watches on versions
-        no longer served are ended."""
+        """After a CRD was stored: serve its versions (while it is being deleted, for everything but creates).
+        Open watches on versions no longer served are ended."""
         name = crd["metadata"]["name"]
-        if crd["metadata"].get("deletionTimestamp"):
-            return
         types = served_types(crd)
-        before = self.catalogue.custom(name)
         if not self.catalogue.set_custom(name, types, int(crd["metadata"]["resourceVersion"])):
             return  # a later state of this CRD is served already
-        kept = {t.version for t in types}
-        self._end_watches([rt for rt in before if rt.version not in kept])
+        self._end_watches(name, frozenset(t.version for t in types))
+
+    def _terminate_crd(self, crd: dict[str, Any]) -> None:
+        """A CRD was marked deleted: refuse creates of its resources, delete its objects (those with finalizers
+        are marked and waited for), and once none is left remove its cleanup finalizer, which deletes it."""
+        self._serve_crd(crd)
+        name = crd["metadata"]["name"]
+        storage = [rt for rt in self.catalogue.custom(name)
+                   if rt.custom is not None and rt.version == rt.custom.storage_version]
+        if not storage:  # its storage version is not served: nothing can wait for it
+            self._delete_custom_objects(crd)
+        else:
+            kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(storage[0], None), 0)
+            for kv in kvs:
+                meta = json.loads(kv.value).get("metadata") or {}
+                try:
+                    self.delete(storage[0], meta.get("namespace"), meta.get("name", ""), None, WriteOptions())
+                except APIError as exc:
+                    if exc.code not in (404, 409):
+                        raise
+        self._finish_crd(name)
+
+    def _finish_crd(self, crd_name: str) -> None:
+        """If the CRD ``crd_name`` is being deleted and has no objects left: remove its cleanup finalizer (the
+        CRD goes with its last finalizer).  Whichever of this and the CRD's deletion looks last sees no objects."""
+        types = self.catalogue.custom(crd_name)
+        if not types or types[0].custom is None or not types[0].custom.terminating:
+            return
+        if self._backend_call(self.backend.range, self.collection_prefix(types[0], None), 0)[0]:
+            return
+
+        def drop(current: dict[str, Any]) -> dict[str, Any]:
+            meta = current["metadata"]
+            meta["finalizers"] = [f for f in meta.get("finalizers") or () if f != CRD_FINALIZER]
+            return current
+
+        try:
+            self._guaranteed_update(CRDS, None, crd_name, drop, WriteOptions())
+        except APIError as exc:
+            if exc.code != 404:
+                raise
 
     def _unserve_crd(self, crd: dict[str, Any], revision: int) -> None:
         """A CRD is going (at ``revision``): stop serving it, end the watches on its resources, delete its
         objects."""
-        self._end_watches(self.catalogue.remove_custom(crd["metadata"]["name"], revision))
+        self.catalogue.remove_custom(crd["metadata"]["name"], revision)
+        self._end_watches(crd["metadata"]["name"])
         self._delete_custom_objects(crd)
 
-    def _end_watches(self, types: Sequence[ResourceType]) -> None:
-        ended = {id(rt) for rt in types}
+    def _end_watches(self, crd_name: str, keep: frozenset[str] = frozenset()) -> None:
+        """End the open watches on the resources of the CRD ``crd_name``, but for the versions in ``keep``."""
         with self._lock:
-            watches = [w for w in self._watches if id(w.rt) in ended]
+            watches = [w for w in self._watches if w.rt.custom is not None and w.rt.custom.crd_name == crd_name
+                       and w.rt.version not in keep]
         for w in watches:
             w.close()
 
