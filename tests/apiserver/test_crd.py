@@ -219,6 +219,36 @@ def test_crd_scope_is_immutable_and_stored_versions_grow(memory_server: TestAPIS
         api.delete_custom_resource_definition(f"widgets.{group}")
 
 
+def test_a_name_taken_in_the_group_is_not_accepted(memory_server: TestAPIServer) -> None:
+    group = _group()
+    api = client.ApiextensionsV1Api(memory_server.api_client())
+    api.create_custom_resource_definition(crd_body(group))
+    clash = crd_body(group)
+    clash["metadata"]["name"] = f"gadgets.{group}"
+    clash["spec"]["names"] = {"plural": "gadgets", "kind": "Widget"}  # the kind is Widget's already
+    other = crd_body(group)  # the control: names of its own
+    other["metadata"]["name"] = f"gizmos.{group}"
+    other["spec"]["names"] = {"plural": "gizmos", "kind": "Gizmo"}
+    try:
+        refused = api.create_custom_resource_definition(clash)
+        conditions = {c.type: c for c in refused.status.conditions}
+        assert conditions["NamesAccepted"].status == "False"
+        assert conditions["NamesAccepted"].reason == "KindConflict"
+        assert conditions["NamesAccepted"].message == '"Widget" is already in use'
+        assert conditions["Established"].status == "False"
+        accepted = api.create_custom_resource_definition(other)
+        assert {c.type: c.status for c in accepted.status.conditions} == {"NamesAccepted": "True",
+                                                                          "Established": "True"}
+        _, resources = raw_request(memory_server, f"/apis/{group}/v1")
+        assert sorted(r["name"] for r in resources["resources"]) == ["gizmos", "gizmos/status", "widgets",
+                                                                     "widgets/status"]
+        assert raw_request(memory_server, f"/apis/{group}/v1/namespaces/default/gadgets")[0] == 404
+    finally:
+        for name in ("widgets", "gadgets", "gizmos"):
+            raw_request(memory_server, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}.{group}",
+                        "DELETE")
+
+
 # ----------------------------------------------------------------------------- custom resources
 
 

@@ -76,6 +76,32 @@ class Catalogue:
         with self._lock:
             return self._custom.get(crd_name, ())
 
+    def name_conflict(self, crd_name: str, group: str, names: Mapping[str, Any]) -> tuple[str, str] | None:
+        """``(reason, message)`` as kube's naming controller reports them if a name of the CRD ``crd_name`` in
+        ``group`` (plural, singular, kind, a short name) is served already by another CRD or a built-in type of the
+        group; ``None`` if all are free."""
+        served = self.served()
+        with self._lock:
+            others = [rt for name, types in self._custom.items() if name != crd_name for rt in types]
+        others += [rt for gv, types in served.items() if gv.startswith(group + "/") for rt in types.values()
+                   if rt.custom is None]
+        for rt in others:
+            if rt.group != group:
+                continue
+            taken = {rt.name, rt.singular}
+            if names.get("plural") in taken:
+                return "PluralConflict", f'"{names["plural"]}" is already in use'
+            if names.get("singular") in taken:
+                return "SingularConflict", f'"{names["singular"]}" is already in use'
+            short = set(names.get("shortNames") or ()) & (set(rt.short_names) | taken)
+            if short:
+                return "ShortNamesConflict", f'"{sorted(short)[0]}" is already in use'
+            if names.get("kind") == rt.kind:
+                return "KindConflict", f'"{rt.kind}" is already in use'
+            if names.get("listKind") == rt.list_kind:
+                return "ListKindConflict", f'"{rt.list_kind}" is already in use'
+        return None
+
     # ------------------------------------------------------------------ changes
     def set_custom(self, crd_name: str, types: Sequence[ResourceType], revision: int = 0) -> bool:
         """Serve ``types`` (the served versions of the CRD ``crd_name``, as stored at ``revision``) instead of what

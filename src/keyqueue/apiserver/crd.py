@@ -12,7 +12,8 @@ where kube-apiserver's CRD strategy and its apiextensions controllers act:
   :class:`~.catalogue.Catalogue` then serves.
 
 Differences from kube-apiserver, on purpose: the status is computed within the CRD's own write (no controllers,
-so the CRD is ``Established`` when the create returns); no name conflicts between CRDs of one group are detected;
+so the CRD is ``Established`` when the create returns, and a CRD refused for a name conflict in its group
+(``NamesAccepted`` False) is accepted only when it is next written, not when the conflicting one goes);
 conversion webhooks are refused (422) -- every version is served from the same stored objects with ``apiVersion``
 rewritten (strategy ``None``); ``scale`` is accepted but not served (404).  Deleting a CRD works as kube's
 cleanup finalizer (:data:`CRD_FINALIZER`): the CRD is marked, creates of its resources get 405, its objects are
@@ -224,9 +225,13 @@ def _version_causes(versions: list[Mapping[str, Any]]) -> list[_Cause]:
     return causes
 
 
-def prepare_crd(crd: dict[str, Any], old: Mapping[str, Any] | None, now: float) -> None:
+def prepare_crd(crd: dict[str, Any], old: Mapping[str, Any] | None, now: float,
+                conflict: tuple[str, str] | None = None) -> None:
     """Defaults and the server-written status of a CRD being created (``old`` ``None``) or updated (in place).
-    The status a client sends is ignored (the CRD's status is a subresource); ``storedVersions`` only grows."""
+    The status a client sends is ignored (the CRD's status is a subresource); ``storedVersions`` only grows.
+    ``conflict``: ``(reason, message)`` if one of its names is taken in its group (:meth:`Catalogue.name_conflict
+    <.catalogue.Catalogue.name_conflict>`): then ``NamesAccepted`` and ``Established`` are False, no names are
+    accepted and its resources are not served."""
     spec = crd.setdefault("spec", {})
     if old is None and CRD_FINALIZER not in (crd["metadata"].get("finalizers") or ()):
         crd["metadata"]["finalizers"] = [*(crd["metadata"].get("finalizers") or ()), CRD_FINALIZER]
@@ -245,15 +250,23 @@ def prepare_crd(crd: dict[str, Any], old: Mapping[str, Any] | None, now: float) 
     when = format_time(now)
     old_conditions = {c.get("type"): c for c in ((old or {}).get("status") or {}).get("conditions") or ()}
 
-    def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
         before = old_conditions.get(kind) or {}
-        since = before.get("lastTransitionTime", when) if before.get("status") == "True" else when
-        return {"type": kind, "status": "True", "lastTransitionTime": since, "reason": reason, "message": message}
+        since = before.get("lastTransitionTime", when) if before.get("status") == status else when
+        return {"type": kind, "status": status, "lastTransitionTime": since, "reason": reason, "message": message}
 
+    if conflict is not None:
+        crd["status"] = {
+            "conditions": [condition("NamesAccepted", "False", *conflict),
+                           condition("Established", "False", "NotAccepted", "not all names are accepted")],
+            "acceptedNames": {"plural": "", "kind": ""},
+            "storedVersions": stored,
+        }
+        return
     crd["status"] = {
         "conditions": [
-            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+            condition("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
+            condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted"),
         ],
         "acceptedNames": {k: v for k, v in names.items()},
         "storedVersions": stored,
@@ -261,7 +274,11 @@ def prepare_crd(crd: dict[str, Any], old: Mapping[str, Any] | None, now: float) 
 
 
 def served_types(crd: Mapping[str, Any]) -> list[ResourceType]:
-    """The resource types of a (valid, stored) CRD: one per served version."""
+    """The resource types of a (valid, stored) CRD: one per served version; none while its names are not
+    accepted."""
+    conditions = {c.get("type"): c.get("status") for c in (crd.get("status") or {}).get("conditions") or ()}
+    if conditions.get("NamesAccepted") != "True":
+        return []
     spec: Mapping[str, Any] = crd["spec"]
     names: Mapping[str, Any] = spec["names"]
     namespaced = spec.get("scope") == "Namespaced"

@@ -824,7 +824,10 @@ class Registry:
             else:
                 rt.custom.prepare_update(obj, old, subresource)
         elif rt is CRDS:
-            prepare_crd(obj, old, self._clock())
+            spec = obj.get("spec") or {}
+            conflict = self.catalogue.name_conflict(obj["metadata"].get("name", ""), str(spec.get("group", "")),
+                                                    spec.get("names") or {})
+            prepare_crd(obj, old, self._clock(), conflict)
             causes = crd_causes(obj, old)
             if causes:
                 raise errors.invalid(invalid_kind(CRDS), CRDS.qualified_name, obj["metadata"].get("name", ""),
