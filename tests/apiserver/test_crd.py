@@ -430,6 +430,16 @@ def test_pruning_and_field_validation(memory_server: TestAPIServer, memory_group
     assert 'unknown field "spec.junk"' in status["message"] and 'unknown field "extra"' in status["message"]
 
 
+@pytest.mark.parametrize("body", [[], "x", {"metadata": "x"}, {"metadata": {"labels": {"a": 1}}},
+                                  {"kind": "Gadget"}, {"apiVersion": "other.example.com/v1"}])
+def test_malformed_bodies_are_400(memory_server: TestAPIServer, memory_group: str, body: Any) -> None:
+    path = f"/apis/{memory_group}/v1/namespaces/default/widgets"
+    code, status = raw_request(memory_server, path, "POST", body)
+    assert code == 400 and status["kind"] == "Status" and status["reason"] == "BadRequest", status
+    _, listing = raw_request(memory_server, path)
+    assert all(isinstance(i.get("spec"), dict) for i in listing["items"])  # what is stored stays readable
+
+
 def test_defaults_apply_on_read(memory_server: TestAPIServer) -> None:
     """A default added to the schema later shows on objects stored before (kube defaults on every read)."""
     group = _group()
@@ -666,6 +676,9 @@ def test_kubectl_apply_get_explain(kubectl_path: str, memory_server: TestAPIServ
         err = kubectl.fail("apply", "-f", "-", input=_CR_YAML.format(group=group, size=40))
         assert f'Widget.{group} "k1" is invalid: spec.size: Invalid value: 40: spec.size in body should be less ' \
                "than or equal to 10" in err
+        err = kubectl.fail("apply", "-f", "-", input=_CR_YAML.format(group=group, size=4).replace(
+            "spec: {", "spec: {junk: 1, "))
+        assert 'strict decoding error: unknown field "spec.junk"' in err  # kubectl asks for Strict
         err = kubectl.fail("patch", f"widgets.{group}", "k1", "-p", '{"spec":{"size":5}}')
         assert "application/strategic-merge-patch+json is not supported" in err
         kubectl.run("patch", f"widgets.{group}", "k1", "--type=merge", "-p", '{"spec":{"size":5}}')
