@@ -1,8 +1,10 @@
-"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces, Events, Leases).
+"""A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces, Events, Leases,
+CustomResourceDefinitions and their custom resources).
 
 This is **not** kube-apiserver.  It serves the part of the Kubernetes REST API
 that ``kubectl`` and the official Python client use for ConfigMaps,
-Namespaces, Events (``v1`` and ``events.k8s.io/v1``) and ``coordination.k8s.io/v1`` Leases (discovery, a minimal
+Namespaces, Events (``v1`` and ``events.k8s.io/v1``), ``coordination.k8s.io/v1`` Leases and
+``apiextensions.k8s.io/v1`` CustomResourceDefinitions with the resources they define (discovery, a minimal
 OpenAPI v3, list/get/create/update/patch/delete, finalizers, watch with bookmarks, ``Status`` errors), answers the
 self access reviews (everything is allowed) and stores objects in a real
 etcd exactly the way kube-apiserver lays them out (keys
@@ -11,8 +13,9 @@ etcd exactly the way kube-apiserver lays them out (keys
 ``resourceVersion + 1``, 410 Expired after compaction).  An in-memory backend
 with the same behaviour is there for fast tests.
 
-Not supported: other resources (CustomResourceDefinitions included), server-side apply (answered with 415),
-admission beyond "the namespace must exist", managedFields, authorization (RBAC), garbage collection.
+Not supported: other resources, server-side apply (answered with 415), conversion webhooks (a CRD asking for one
+is refused with 422), admission beyond "the namespace must exist", managedFields, authorization (RBAC), garbage
+collection.
 
 Typical use::
 

@@ -1,8 +1,10 @@
 """Discovery documents: ``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]`` and a
 minimal OpenAPI v3 document per group version.
 
-Everything here is derived from :data:`~.objects.GROUP_VERSIONS`: a new resource
-type in ``objects`` appears in discovery and OpenAPI without changes here.
+Everything here is derived from the resource types one server serves (its
+:class:`~.catalogue.Catalogue`, passed in as ``served``: group version -> resource name -> type): a new resource
+type in ``objects``, or a CustomResourceDefinition stored in the server, appears in discovery and OpenAPI without
+changes here.  The catalogue caches the documents and recomputes them when what it serves changes.
 
 kubectl reads the OpenAPI v3 document of a group version before ``create -f``,
 ``apply``, ``replace``, ``edit`` and ``--dry-run=server``: it checks that the
@@ -15,11 +17,14 @@ Lease and ObjectMeta (with the patch-merge keys of ``finalizers`` and
 
 from __future__ import annotations
 
-import hashlib
-import json
+import re
+from collections.abc import Mapping
 from typing import Any, Final
 
-from .objects import GROUP_VERSIONS, ResourceType, schema_of
+from .objects import ResourceType, schema_of
+
+#: Resource types by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
+Served = Mapping[str, Mapping[str, ResourceType]]
 
 __all__ = [
     "GIT_VERSION",
@@ -28,9 +33,8 @@ __all__ = [
     "api_group_list",
     "api_resource_list",
     "api_versions",
-    "openapi_v3_bytes",
+    "doc_path",
     "openapi_v3_doc",
-    "openapi_v3_root",
     "version_info",
 ]
 
@@ -68,19 +72,31 @@ def api_versions(server_address: str) -> dict[str, Any]:
     }
 
 
-def _groups() -> dict[str, list[str]]:
-    """The named API groups and their versions (the core group ``""`` is served at ``/api``)."""
+def version_priority(version: str) -> tuple[int, int, int]:
+    """kube's version priority as a sort key (smaller first): GA ``v2`` > ``v1`` > ``v1beta2`` > ``v1beta1`` >
+    ``v1alpha1``, then other names."""
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if match is None:
+        return (3, 0, 0)
+    major, stage, minor = int(match.group(1)), match.group(2), int(match.group(3) or 0)
+    return ({None: 0, "beta": 1, "alpha": 2}[stage], -major, -minor)
+
+
+def _groups(served: Served) -> dict[str, list[str]]:
+    """The named API groups and their versions, preferred first (the core group ``""`` is served at ``/api``)."""
     groups: dict[str, list[str]] = {}
-    for gv in GROUP_VERSIONS:
+    for gv in served:
         if "/" in gv:
             group, version = gv.split("/", 1)
             groups.setdefault(group, []).append(version)
+    for versions in groups.values():
+        versions.sort(key=version_priority)
     return groups
 
 
-def api_group(group: str) -> dict[str, Any] | None:
+def api_group(served: Served, group: str) -> dict[str, Any] | None:
     """The ``APIGroup`` served at ``/apis/<group>``, or ``None`` for a group not served."""
-    versions = _groups().get(group)
+    versions = _groups(served).get(group)
     if versions is None:
         return None
     entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -88,32 +104,35 @@ def api_group(group: str) -> dict[str, Any] | None:
             "preferredVersion": entries[0]}
 
 
-def api_group_list() -> dict[str, Any]:
-    groups = [api_group(g) for g in _groups()]
+def api_group_list(served: Served) -> dict[str, Any]:
+    groups = [api_group(served, g) for g in _groups(served)]
     for g in groups:
         assert g is not None
         del g["kind"], g["apiVersion"]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_resource_list(group_version: str = "v1") -> dict[str, Any] | None:
+def api_resource_list(served: Served, group_version: str = "v1") -> dict[str, Any] | None:
     """The ``APIResourceList`` of ``group_version`` (``v1``, ``coordination.k8s.io/v1``), or ``None``."""
-    served = GROUP_VERSIONS.get(group_version)
-    if served is None:
+    types = served.get(group_version)
+    if types is None:
         return None
-    resources = []
-    for rt in served.values():
-        verbs = rt.discovery_verbs
-        resources.append(
-            {
-                "name": rt.name,
-                "singularName": rt.singular,
-                "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": verbs,
-                "shortNames": list(rt.short_names),
-            }
-        )
+    resources: list[dict[str, Any]] = []
+    for rt in types.values():
+        entry: dict[str, Any] = {
+            "name": rt.name,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": rt.discovery_verbs,
+            "shortNames": list(rt.short_names),
+        }
+        if rt.custom is not None and rt.custom.categories:
+            entry["categories"] = list(rt.custom.categories)
+        resources.append(entry)
+        if rt.custom is not None and rt.custom.status:
+            resources.append({"name": f"{rt.name}/status", "singularName": "", "namespaced": rt.namespaced,
+                              "kind": rt.kind, "verbs": ["get", "patch", "update"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -158,17 +177,29 @@ def _from_spec(spec: Any) -> dict[str, Any]:
             "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"}}[spec]
 
 
-def _schemas() -> dict[str, Any]:
-    """Component schemas: hand-written for the types kubectl's client-side apply merges (ConfigMap, Namespace,
-    Lease, with kube's patch strategies), derived from the decoding spec for every other served type."""
+def _defs_name(rt: ResourceType) -> str:
+    """The component name of ``rt``'s objects: ``io.k8s.api.core.v1.ConfigMap``; for a custom resource kube's
+    reversed group (``com.example.v1.Widget``)."""
+    if rt.custom is not None:
+        return ".".join(reversed(rt.group.split("."))) + f".{rt.version}.{rt.kind}"
+    return _defs(rt) + rt.kind
+
+
+def _schemas(types: Mapping[str, ResourceType]) -> dict[str, Any]:
+    """Component schemas of one group version's ``types``: hand-written for the types kubectl's client-side apply
+    merges (ConfigMap, Namespace, Lease, with kube's patch strategies), derived from the decoding spec for every
+    other built-in type and from the CRD's ``openAPIV3Schema`` for a custom resource."""
     schemas = _core_schemas()
-    for gv in GROUP_VERSIONS.values():
-        for rt in gv.values():
-            name = _defs(rt) + rt.kind
-            if name not in schemas:
-                schemas[name] = {**_from_spec(schema_of(rt)),
-                                 "x-kubernetes-group-version-kind": [_gvk(rt.kind, rt.group, rt.version)]}
-                schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
+    for rt in types.values():
+        name = _defs_name(rt)
+        if name in schemas:
+            continue
+        if rt.custom is not None:
+            schemas[name] = rt.custom.openapi_schema(_ref(_META + "ObjectMeta"))
+        else:
+            schemas[name] = _from_spec(schema_of(rt))
+        schemas[name]["x-kubernetes-group-version-kind"] = [_gvk(rt.kind, rt.group, rt.version)]
+        schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
     return schemas
 
 
@@ -350,7 +381,8 @@ _VERB_OF_ACTION: Final = {"list": "list", "post": "create", "get": "get", "put":
 
 
 def _paths_for(rt: ResourceType) -> dict[str, Any]:
-    item, lst = _defs(rt) + rt.kind, _defs(rt) + rt.list_kind
+    item = _defs_name(rt)
+    lst = item + "List"
     scope = _op_prefix(rt) + ("Namespaced" if rt.namespaced else "")
     base = f"{rt.path_prefix}/namespaces/{{namespace}}/{rt.name}" if rt.namespaced else f"{rt.path_prefix}/{rt.name}"
     path_params = (
@@ -361,10 +393,13 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
     patch = _operation(f"patch{scope}{rt.kind}", "patch", rt,
                        [*_WRITE_PARAMS, {"name": "force", "in": "query", "schema": {"type": "boolean"}}],
                        item, codes=("200", "201"))
+    # kubectl's client-side apply sends a strategic merge patch only where the PATCH operation accepts one; a
+    # custom resource does not (as in kube), so kubectl sends it a JSON merge patch.
+    patch_types = ["application/json-patch+json", "application/merge-patch+json"]
+    if rt.custom is None:
+        patch_types.append("application/strategic-merge-patch+json")
     patch["requestBody"] = {
-        "content": {ct: {"schema": _ref(_META + "Patch")} for ct in (
-            "application/json-patch+json", "application/merge-patch+json",
-            "application/strategic-merge-patch+json")},
+        "content": {ct: {"schema": _ref(_META + "Patch")} for ct in patch_types},
         "required": True,
     }
     paths: dict[str, Any] = {
@@ -397,17 +432,18 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
     return {path: ops for path, ops in paths.items() if set(ops) - {"parameters"}}
 
 
-def _doc_path(group_version: str) -> str:
+def doc_path(group_version: str) -> str:
     """The OpenAPI v3 index key of a group version: ``api/v1``, ``apis/coordination.k8s.io/v1``."""
     return f"apis/{group_version}" if "/" in group_version else f"api/{group_version}"
 
 
-def openapi_v3_doc(group_version: str = "v1") -> dict[str, Any]:
+def openapi_v3_doc(served: Served, group_version: str = "v1") -> dict[str, Any]:
     """The OpenAPI v3 document served at ``/openapi/v3/api/v1`` (or ``/openapi/v3/apis/<group>/<version>``)."""
-    schemas = _schemas()
+    types = served[group_version]
+    schemas = _schemas(types)
     schemas[_META + "Patch"] = {"type": "object", "description": "A patch in one of the accepted formats."}
     paths: dict[str, Any] = {}
-    for rt in GROUP_VERSIONS[group_version].values():
+    for rt in types.values():
         paths.update(_paths_for(rt))
     return {
         "openapi": "3.0.0",
@@ -417,18 +453,3 @@ def openapi_v3_doc(group_version: str = "v1") -> dict[str, Any]:
     }
 
 
-_DOCS: Final = {
-    _doc_path(gv): json.dumps(openapi_v3_doc(gv), separators=(",", ":")).encode() for gv in GROUP_VERSIONS
-}
-_HASHES: Final = {path: hashlib.sha512(doc).hexdigest().upper()[:128] for path, doc in _DOCS.items()}
-OPENAPI_V3_HASH: Final = _HASHES["api/v1"]
-
-
-def openapi_v3_bytes(path: str = "api/v1") -> bytes | None:
-    """The encoded OpenAPI v3 document at ``/openapi/v3/<path>`` (computed once), or ``None`` if none."""
-    return _DOCS.get(path)
-
-
-def openapi_v3_root() -> dict[str, Any]:
-    """The ``/openapi/v3`` index pointing at each group version's document by content hash."""
-    return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, h in _HASHES.items()}}

@@ -26,19 +26,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import APIError, bad_request, invalid
 
+if TYPE_CHECKING:
+    from .custom import CustomSchema
+
 __all__ = [
+    "BUILTINS",
     "CONFIGMAPS",
+    "CRDS",
     "EVENTS",
     "EVENTS_V1",
-    "GROUP_VERSIONS",
     "LEASES",
-    "NAMESPACED",
     "NAMESPACES",
-    "RESOURCES",
     "REVIEWS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
@@ -46,13 +48,13 @@ __all__ = [
     "ResourceType",
     "age",
     "canonical",
+    "decode_meta",
     "decode_typed",
     "field_value",
     "format_time",
     "from_stored",
     "normalize_time",
     "parse_time",
-    "resource_for",
     "schema_of",
     "stored_type",
     "to_stored",
@@ -84,6 +86,15 @@ class ResourceType:
     renames: tuple[tuple[str, str], ...] = ()
     #: Field selectors whose value is not at the field's own dotted path: ``(selector, path)``.
     field_paths: tuple[tuple[str, str], ...] = ()
+    #: For a custom resource (a version of a CustomResourceDefinition): its schema and subresources, which
+    #: decoding, validation, defaults, pruning, the table form and OpenAPI follow instead of a built-in spec.
+    custom: CustomSchema | None = None
+
+    @property
+    def storage_name(self) -> str:
+        """The resource's part of its storage keys: ``configmaps``; ``<group>/<plural>`` for a custom resource
+        (as kube-apiserver lays out CRs: ``/registry/<group>/<plural>/<namespace>/<name>``)."""
+        return f"{self.group}/{self.name}" if self.custom is not None else self.name
 
     @property
     def discovery_verbs(self) -> list[str]:
@@ -146,22 +157,14 @@ EVENTS_V1: Final = ResourceType(
     _NAME_NAMESPACE | {f"regarding.{f}" for f in _REFERENCE_FIELDS} | {"reason", "reportingController", "type"},
     "events.k8s.io", renames=_EVENT_RENAMES,
 )
+CRDS: Final = ResourceType(
+    "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", False, ("crd", "crds"),
+    frozenset({"metadata.name"}), "apiextensions.k8s.io")
 #: Types whose create is answered (computed from the request) and never stored.
 REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
-#: Every served resource by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
-GROUP_VERSIONS: Final[dict[str, dict[str, ResourceType]]] = {}
-for _rt in (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, *REVIEWS):
-    GROUP_VERSIONS.setdefault(_rt.api_version, {})[_rt.name] = _rt
-#: The core (``v1``) resources by name.
-RESOURCES: Final = GROUP_VERSIONS["v1"]
-#: Resources stored inside a namespace (deleted with it), one per storage (converted versions left out).
-NAMESPACED: Final = tuple(rt for gv in GROUP_VERSIONS.values() for rt in gv.values()
-                          if rt.namespaced and rt not in REVIEWS and not rt.renames)
-
-
-def resource_for(group_version: str, name: str) -> ResourceType | None:
-    """The resource ``name`` of ``group_version`` (``v1``, ``coordination.k8s.io/v1``), or ``None``."""
-    return GROUP_VERSIONS.get(group_version, {}).get(name)
+#: The built-in resource types, in discovery order.  What one server serves is its
+#: :class:`~.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS)
 
 # ----------------------------------------------------------------------------- schema
 # A field spec is a type name, ("map", spec), ("list", spec), ("ptr", spec) or a
@@ -209,6 +212,10 @@ _OBJECT_REFERENCE: Final[dict[str, _Spec]] = {
 }
 _EVENT_SOURCE: Final[dict[str, _Spec]] = {"component": "string", "host": "string"}
 _EVENT_SERIES: Final[dict[str, _Spec]] = {"count": "integer", "lastObservedTime": "microtime"}
+_CRD_NAMES: Final[dict[str, _Spec]] = {
+    "plural": "string", "singular": "string", "shortNames": ("list", "string"), "kind": "string",
+    "listKind": "string", "categories": ("list", "string"),
+}
 # Keyed by ResourceType.qualified_name (``events`` and ``events.events.k8s.io`` are different shapes).
 _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
     "events": {
@@ -302,6 +309,37 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
                 {"type": "string", "status": "string", "lastTransitionTime": "string", "reason": "string",
                  "message": "string"},
             ),
+        },
+    },
+    "customresourcedefinitions.apiextensions.k8s.io": {
+        "kind": "string",
+        "apiVersion": "string",
+        "metadata": _OBJECT_META,
+        "spec": {
+            "group": "string",
+            "names": _CRD_NAMES,
+            "scope": "string",
+            "versions": ("list", {
+                "name": "string",
+                "served": "boolean",
+                "storage": "boolean",
+                "deprecated": "boolean",
+                "deprecationWarning": ("ptr", "string"),
+                "schema": {"openAPIV3Schema": "any"},
+                "subresources": {"status": ("ptr", "any"), "scale": ("ptr", "any")},
+                "additionalPrinterColumns": ("list", {
+                    "name": "string", "type": "string", "format": "string", "description": "string",
+                    "priority": "integer", "jsonPath": "string"}),
+                "selectableFields": ("list", {"jsonPath": "string"}),
+            }),
+            "conversion": {"strategy": "string", "webhook": ("ptr", "any")},
+            "preserveUnknownFields": "boolean",
+        },
+        "status": {
+            "conditions": ("list", {"type": "string", "status": "string", "lastTransitionTime": "string",
+                                    "reason": "string", "message": "string"}),
+            "acceptedNames": _CRD_NAMES,
+            "storedVersions": ("list", "string"),
         },
     },
     "leases.coordination.k8s.io": {
@@ -399,6 +437,8 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     MicroTime (``spec.acquireTime``/``spec.renewTime`` of a Lease), or a
     ``kind`` or ``apiVersion`` other than ``rt``'s.
     """
+    if rt.custom is not None:
+        return rt.custom.decode(rt, body)
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
@@ -423,12 +463,19 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     return obj, unknown
 
 
+def decode_meta(rt: ResourceType, value: Any, unknown: list[str]) -> dict[str, Any]:
+    """``metadata`` decoded as ``ObjectMeta`` (400 for a value of the wrong type; unknown fields dropped and their
+    paths added to ``unknown``)."""
+    out: dict[str, Any] = _decode(rt, _OBJECT_META, value, "metadata", unknown)
+    return out
+
+
 def stored_type(rt: ResourceType) -> ResourceType:
     """The type whose shape ``rt``'s objects are stored in: ``rt`` itself unless it has
     :attr:`ResourceType.renames` (then the unrenamed type of the same resource name)."""
     if not rt.renames:
         return rt
-    return next(t for gv in GROUP_VERSIONS.values() for t in gv.values() if t.name == rt.name and not t.renames)
+    return next(t for t in BUILTINS if t.name == rt.name and t.group != rt.group and not t.renames)
 
 
 def schema_of(rt: ResourceType) -> dict[str, Any]:
@@ -438,7 +485,10 @@ def schema_of(rt: ResourceType) -> dict[str, Any]:
 
 def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
     """``obj`` (of ``rt``) in the form its storage holds: :attr:`ResourceType.renames` undone, the stored
-    type's ``kind`` and ``apiVersion``.  Other types are returned as they are (a shallow copy)."""
+    type's ``kind`` and ``apiVersion``; a custom resource with the ``apiVersion`` of its CRD's storage version (no
+    conversion: the strategy ``None``).  Other types are returned as they are (a shallow copy)."""
+    if rt.custom is not None:
+        return {**obj, "apiVersion": f"{rt.group}/{rt.custom.storage_version}"}
     if not rt.renames:
         return dict(obj)
     served_to_stored = {served: stored for stored, served in rt.renames}
@@ -449,7 +499,10 @@ def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_stored(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order."""
+    """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order; a custom
+    resource with ``rt``'s ``apiVersion`` and its schema's defaults applied (kube defaults on every read)."""
+    if rt.custom is not None:
+        return rt.custom.from_stored(rt, obj)
     if not rt.renames:
         return obj
     stored_to_served = dict(rt.renames)
@@ -475,7 +528,10 @@ def field_value(rt: ResourceType, obj: Mapping[str, Any], selector: str) -> str:
 
 
 def canonical(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order)."""
+    """Return ``obj`` with fields in Go struct order and map keys sorted (the JSON output order); a custom
+    resource with every key sorted (kube encodes them as maps)."""
+    if rt.custom is not None:
+        return rt.custom.canonical(obj)
     return _order(_SCHEMAS[rt.qualified_name], obj)  # type: ignore[no-any-return]
 
 
@@ -538,7 +594,7 @@ def _bad(field: str, value: str, message: str) -> _Cause:
 
 
 def _name_causes(rt: ResourceType, name: str) -> list[_Cause]:
-    if rt.namespaced:
+    if rt is not NAMESPACES:
         if len(name) > 253:
             return [_bad("metadata.name", name, "must be no more than 253 characters")]
         if not _DNS1123_SUBDOMAIN.fullmatch(name):
@@ -586,9 +642,17 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
+    if rt.custom is not None:
+        causes.extend(rt.custom.causes(obj))
     causes.extend(_int64_causes(obj))
     if causes:
-        raise invalid(rt.kind, rt.qualified_name, name, causes)
+        raise invalid(invalid_kind(rt), rt.qualified_name, name, causes)
+
+
+def invalid_kind(rt: ResourceType) -> str:
+    """How a 422 message names ``rt``'s kind: ``ConfigMap``; ``Widget.example.com`` for a custom resource and
+    ``CustomResourceDefinition.apiextensions.k8s.io`` (kube's group-qualified kind)."""
+    return f"{rt.kind}.{rt.group}" if rt.custom is not None or rt is CRDS else rt.kind
 
 
 _LEASE_STRATEGIES: Final = ("OldestEmulationVersion",)
@@ -683,7 +747,7 @@ def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, 
         if new.get("binaryData") != old.get("binaryData"):
             causes.append(("FieldValueForbidden", "binaryData", why))
     if causes:
-        raise invalid(rt.kind, rt.qualified_name, name, causes)
+        raise invalid(invalid_kind(rt), rt.qualified_name, name, causes)
 
 
 # ----------------------------------------------------------------------------- time and tables
@@ -825,7 +889,7 @@ def _event_cells(regarding: str, note: str, last: str, first: str, count: str) -
     ]
 
 
-_NAME_AND_AGE: Final = [(_NAME_COLUMN, _name_cell), (_AGE_COLUMN, _age_cell)]
+_NAME_AND_AGE: Final[list[tuple[dict[str, Any], _Cell]]] = [(_NAME_COLUMN, _name_cell), (_AGE_COLUMN, _age_cell)]
 #: The Table columns per type (by qualified name) with the cell of each; other types show Name and Age.
 _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
     "configmaps": [
@@ -845,15 +909,27 @@ _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
          _path_cell("spec", "holderIdentity")),
         (_AGE_COLUMN, _age_cell),
     ],
+    "customresourcedefinitions.apiextensions.k8s.io": [
+        (_NAME_COLUMN, _name_cell),
+        (_column("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this "
+                 "object was created."), _path_cell("metadata", "creationTimestamp")),
+    ],
     "events": _event_cells("involvedObject", "message", "lastTimestamp", "firstTimestamp", "count"),
     "events.events.k8s.io": _event_cells("regarding", "note", "deprecatedLastTimestamp",
                                          "deprecatedFirstTimestamp", "deprecatedCount"),
 }
 
 
+def _columns(rt: ResourceType) -> list[tuple[dict[str, Any], _Cell]]:
+    """The Table columns of ``rt``: its own, a CRD's ``additionalPrinterColumns`` after Name, else Name and Age."""
+    if rt.custom is not None and rt.custom.printer_columns:
+        return [(_NAME_COLUMN, _name_cell), *rt.custom.columns(_since)]
+    return _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)
+
+
 def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    row: dict[str, Any] = {"cells": [cell(obj, now) for _, cell in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)]}
+    row: dict[str, Any] = {"cells": [cell(obj, now) for _, cell in _columns(rt)]}
     if include_object == "Object":
         row["object"] = obj
     elif include_object != "None":
@@ -878,6 +954,6 @@ def to_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": [d for d, _ in _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)],
+        "columnDefinitions": [d for d, _ in _columns(rt)],
         "rows": [_row(rt, o, now, include_object) for o in objs],
     }

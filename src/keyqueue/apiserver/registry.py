@@ -47,9 +47,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import errors
+from .catalogue import Catalogue
+from .crd import CRD_FINALIZER, crd_causes, prepare_crd, served_types
 from .errors import APIError
 from .objects import (
-    NAMESPACED,
+    CRDS,
     NAMESPACES,
     ResourceType,
     canonical,
@@ -57,6 +59,7 @@ from .objects import (
     field_value,
     format_time,
     from_stored,
+    invalid_kind,
     stored_type,
     to_stored,
     validate,
@@ -200,8 +203,11 @@ class Registry:
     backend calls only.  Errors are raised as :class:`~.errors.APIError`.
     """
 
-    def __init__(self, backend: Backend, prefix: str = "/registry", clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, backend: Backend, prefix: str = "/registry", clock: Callable[[], float] = time.time,
+                 catalogue: Catalogue | None = None) -> None:
         self.backend = backend
+        #: The resource types this registry (and the server on it) serves: the built-ins and its CRDs' resources.
+        self.catalogue = catalogue if catalogue is not None else Catalogue()
         self.prefix = prefix.rstrip("/")
         self._clock = clock
         self._watches: set[ObjectWatch] = set()
@@ -211,13 +217,13 @@ class Registry:
     # ------------------------------------------------------------------ keys and codec
     def key(self, rt: ResourceType, namespace: str | None, name: str) -> str:
         if rt.namespaced:
-            return f"{self.prefix}/{rt.name}/{namespace}/{name}"
-        return f"{self.prefix}/{rt.name}/{name}"
+            return f"{self.prefix}/{rt.storage_name}/{namespace}/{name}"
+        return f"{self.prefix}/{rt.storage_name}/{name}"
 
     def collection_prefix(self, rt: ResourceType, namespace: str | None) -> str:
         if rt.namespaced and namespace:
-            return f"{self.prefix}/{rt.name}/{namespace}/"
-        return f"{self.prefix}/{rt.name}/"
+            return f"{self.prefix}/{rt.storage_name}/{namespace}/"
+        return f"{self.prefix}/{rt.storage_name}/"
 
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
         """The stored form: canonical JSON of the stored type (:func:`~.objects.stored_type`) without
@@ -422,7 +428,11 @@ class Registry:
                         obj.pop(part, None)
 
     def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
-        """Create an object (POST).  ``body`` is the decoded JSON request body."""
+        """Create an object (POST).  ``body`` is the decoded JSON request body.  405 for a custom resource whose
+        CRD is being deleted."""
+        if rt.custom is not None and rt.custom.terminating:
+            raise errors.APIError(405, "MethodNotAllowed",
+                                  "create not allowed while custom resource definition is terminating")
         obj = self.decode_body(rt, body, opts)
         meta = obj["metadata"]
         self._check_namespace(rt, obj, namespace)
@@ -432,6 +442,7 @@ class Registry:
         if generate:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
+        self._prepare_extension(rt, obj, None)
         validate(rt, obj)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
@@ -445,7 +456,10 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv, rt=rt)
+                created = self.decode(result.kv, rt=rt)
+                if rt is CRDS:
+                    self._serve_crd(created)
+                return created
             if result.kv is None and guard is not None:  # the namespace changed meanwhile: check it again
                 guard = self._namespace_guard(rt, namespace, meta["name"])
                 continue
@@ -518,6 +532,10 @@ class Registry:
                     self._recent.forget(key)
                     if namespace is not None:
                         self._finish_namespace(namespace)
+                    if rt is CRDS:
+                        self._unserve_crd(new, kv.mod_revision + 1)
+                    if rt.custom is not None:
+                        self._finish_crd(rt.custom.crd_name)
                     return _with_rv(new, kv.mod_revision)
                 kv = result.kv
                 confirmed = True
@@ -526,12 +544,16 @@ class Registry:
             if result.succeeded:
                 assert result.kv is not None
                 self._recent.put(result.kv)
-                return self.decode(result.kv, rt=rt)
+                updated = self.decode(result.kv, rt=rt)
+                if rt is CRDS:
+                    self._serve_crd(updated)
+                return updated
             kv = result.kv
             confirmed = True
 
     def _update_checks(
-        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any]
+        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
+        subresource: str = "",
     ) -> dict[str, Any]:
         meta = new["metadata"]
         if not meta.get("name"):
@@ -545,6 +567,7 @@ class Registry:
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
+        self._prepare_extension(rt, new, current, subresource)
         _validate_update(rt, new, current)
         if current["metadata"].get("deletionTimestamp"):
             had = set(current["metadata"].get("finalizers") or ())
@@ -557,13 +580,16 @@ class Registry:
         return new
 
     def update(
-        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions,
+        subresource: str = "",
     ) -> dict[str, Any]:
-        """Replace an object (PUT).  With ``metadata.resourceVersion`` in ``body`` it is a compare-and-swap."""
+        """Replace an object (PUT).  With ``metadata.resourceVersion`` in ``body`` it is a compare-and-swap.
+        ``subresource`` ``"status"``: a custom resource's status subresource (only ``status`` is taken from
+        ``body``; the main endpoint then ignores ``status``)."""
         obj = self.decode_body(rt, body, opts)
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
-            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current)
+            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -575,13 +601,15 @@ class Registry:
         patch_type: str,
         patch: Any,
         opts: WriteOptions,
+        subresource: str = "",
     ) -> dict[str, Any]:
-        """Patch an object.  A ``resourceVersion`` set by the patch is a precondition."""
+        """Patch an object.  A ``resourceVersion`` set by the patch is a precondition.  ``subresource`` as for
+        :meth:`update`."""
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
             patched = apply_patch(patch_type, current, patch)
             new = self.decode_body(rt, patched, opts)
-            return self._update_checks(rt, namespace, name, new, current)
+            return self._update_checks(rt, namespace, name, new, current, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -633,16 +661,25 @@ class Registry:
                 if result.succeeded:
                     assert result.kv is not None
                     self._recent.put(result.kv)
-                    return self.decode(result.kv, rt=rt)
+                    stored = self.decode(result.kv, rt=rt)
+                    if rt is CRDS:  # kube's CRD finalizer: its objects are deleted, then the CRD
+                        self._terminate_crd(stored)
+                    return stored
                 kv = result.kv
                 continue
             if opts.dry_run:
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
+            if rt is CRDS:  # its objects go first, and nothing more is served for it
+                self._unserve_crd(current, kv.mod_revision + 1)
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if rt is CRDS:
+                    self._delete_custom_objects(current)  # any created while it was going
                 if namespace is not None and meta.get("deletionTimestamp"):
                     self._finish_namespace(namespace)
+                if rt.custom is not None and rt.custom.terminating:
+                    self._finish_crd(rt.custom.crd_name)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
 
@@ -674,7 +711,7 @@ class Registry:
                 kv = result.kv
                 self._recent.put(kv)
             name = current["metadata"]["name"]
-            for rt in NAMESPACED:
+            for rt in self.catalogue.namespaced():
                 self._delete_all(rt, name)
             if self._namespace_has_objects(name):
                 self._report_remaining(key, name)
@@ -730,7 +767,7 @@ class Registry:
                 return
             resources: dict[str, int] = {}
             finalizers: dict[str, int] = {}
-            for rt in NAMESPACED:
+            for rt in self.catalogue.namespaced():
                 for item in self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]:
                     resources[rt.qualified_name] = resources.get(rt.qualified_name, 0) + 1
                     for f in self.decode(item)["metadata"].get("finalizers") or ():
@@ -759,7 +796,7 @@ class Registry:
 
     def _namespace_has_objects(self, namespace: str) -> bool:
         return any(self._backend_call(self.backend.range, self.collection_prefix(rt, namespace), 0)[0]
-                   for rt in NAMESPACED)
+                   for rt in self.catalogue.namespaced())
 
     def _finish_namespace(self, namespace: str) -> None:
         """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is
@@ -774,6 +811,114 @@ class Registry:
             if result.succeeded or result.kv is None:
                 self._recent.forget(ns_key)
                 return
+
+    # ------------------------------------------------------------------ CustomResourceDefinitions
+    def _prepare_extension(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
+                           subresource: str = "") -> None:
+        """The strategies of CRDs and custom resources on a create (``old`` ``None``) or an update: a CR's
+        generation and status subresource (:class:`~.custom.CustomSchema`); a CRD's defaults, status and
+        validation (:mod:`.crd`, 422 if invalid)."""
+        if rt.custom is not None:
+            if old is None:
+                rt.custom.prepare_create(obj)
+            else:
+                rt.custom.prepare_update(obj, old, subresource)
+        elif rt is CRDS:
+            spec = obj.get("spec") or {}
+            conflict = self.catalogue.name_conflict(obj["metadata"].get("name", ""), str(spec.get("group", "")),
+                                                    spec.get("names") or {})
+            prepare_crd(obj, old, self._clock(), conflict)
+            causes = crd_causes(obj, old)
+            if causes:
+                raise errors.invalid(invalid_kind(CRDS), CRDS.qualified_name, obj["metadata"].get("name", ""),
+                                     causes)
+
+    def serve_stored_crds(self) -> int:
+        """Serve the custom resources of every CRD in storage (a server started on an etcd that has CRDs);
+        returns how many CRDs are served."""
+        kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(CRDS, None), 0)
+        for kv in kvs:
+            self._serve_crd(self.decode(kv, rt=CRDS))
+        return len(kvs)
+
+    def _serve_crd(self, crd: dict[str, Any]) -> None:
+        """After a CRD was stored: serve its versions (while it is being deleted, for everything but creates).
+        Open watches on versions no longer served are ended."""
+        name = crd["metadata"]["name"]
+        types = served_types(crd)
+        if not self.catalogue.set_custom(name, types, int(crd["metadata"]["resourceVersion"])):
+            return  # a later state of this CRD is served already
+        self._end_watches(name, frozenset(t.version for t in types))
+
+    def _terminate_crd(self, crd: dict[str, Any]) -> None:
+        """A CRD was marked deleted: refuse creates of its resources, delete its objects (those with finalizers
+        are marked and waited for), and once none is left remove its cleanup finalizer, which deletes it."""
+        self._serve_crd(crd)
+        name = crd["metadata"]["name"]
+        storage = [rt for rt in self.catalogue.custom(name)
+                   if rt.custom is not None and rt.version == rt.custom.storage_version]
+        if not storage:  # its storage version is not served: nothing can wait for it
+            self._delete_custom_objects(crd)
+        else:
+            kvs, _ = self._backend_call(self.backend.range, self.collection_prefix(storage[0], None), 0)
+            for kv in kvs:
+                meta = json.loads(kv.value).get("metadata") or {}
+                try:
+                    self.delete(storage[0], meta.get("namespace"), meta.get("name", ""), None, WriteOptions())
+                except APIError as exc:
+                    if exc.code not in (404, 409):
+                        raise
+        self._finish_crd(name)
+
+    def _finish_crd(self, crd_name: str) -> None:
+        """If the CRD ``crd_name`` is being deleted and has no objects left: remove its cleanup finalizer (the
+        CRD goes with its last finalizer).  Whichever of this and the CRD's deletion looks last sees no objects."""
+        types = self.catalogue.custom(crd_name)
+        if not types or types[0].custom is None or not types[0].custom.terminating:
+            return
+        if self._backend_call(self.backend.range, self.collection_prefix(types[0], None), 0)[0]:
+            return
+
+        def drop(current: dict[str, Any]) -> dict[str, Any]:
+            meta = current["metadata"]
+            meta["finalizers"] = [f for f in meta.get("finalizers") or () if f != CRD_FINALIZER]
+            return current
+
+        try:
+            self._guaranteed_update(CRDS, None, crd_name, drop, WriteOptions())
+        except APIError as exc:
+            if exc.code != 404:
+                raise
+
+    def _unserve_crd(self, crd: dict[str, Any], revision: int) -> None:
+        """A CRD is going (at ``revision``): stop serving it, end the watches on its resources, delete its
+        objects."""
+        self.catalogue.remove_custom(crd["metadata"]["name"], revision)
+        self._end_watches(crd["metadata"]["name"])
+        self._delete_custom_objects(crd)
+
+    def _end_watches(self, crd_name: str, keep: frozenset[str] = frozenset()) -> None:
+        """End the open watches on the resources of the CRD ``crd_name``, but for the versions in ``keep``."""
+        with self._lock:
+            watches = [w for w in self._watches if w.rt.custom is not None and w.rt.custom.crd_name == crd_name
+                       and w.rt.version not in keep]
+        for w in watches:
+            w.close()
+
+    def _delete_custom_objects(self, crd: dict[str, Any]) -> None:
+        """Delete every stored object of the CRD ``crd`` (finalizers are not waited for)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        if not group or not plural:
+            return
+        prefix = f"{self.prefix}/{group}/{plural}/"
+        while True:
+            kvs, _ = self._backend_call(self.backend.range, prefix, 0)
+            if not kvs:
+                return
+            for kv in kvs:
+                self._backend_call(self.backend.delete, kv.key, kv.mod_revision)
+                self._recent.forget(kv.key)
 
     # ------------------------------------------------------------------ watch
     def watch(

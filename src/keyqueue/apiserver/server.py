@@ -1,4 +1,4 @@
-"""The HTTP front end: Kubernetes REST paths for every resource in :data:`~.objects.GROUP_VERSIONS`.
+"""The HTTP front end: Kubernetes REST paths for every resource of the registry's :class:`~.catalogue.Catalogue`.
 
 Served by aiohttp on one asyncio event loop (:mod:`keyqueue._httpserver`, which adds the connection limit, and the
 header, idle and body limits), HTTP/1.1 keep-alive and ``TCP_NODELAY`` (asyncio's default).  Storage calls that
@@ -10,7 +10,9 @@ buffer: a watcher that stops reading has its watch ended, as kube-apiserver does
 
 Paths: ``/api/v1/...`` for the core group and ``/apis/{group}/{version}/...`` for a resource type whose ``group``
 is set, each as ``[namespaces/{ns}/]{resource}[/{name}]`` and ``watch/...`` (namespaced types also list across
-namespaces at ``{resource}``).
+namespaces at ``{resource}``).  A custom resource whose CRD version declares the ``status`` subresource also has
+``{resource}/{name}/status`` (get, update, patch); ``scale`` is not served (404).  Custom resources accept JSON and
+merge patches only (a strategic merge patch is 415, as in kube).
 
 Server-side apply (``application/apply-patch+yaml``) is answered with 415
 Unsupported Media Type; kubectl then reports that server-side apply is not
@@ -42,8 +44,8 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 
 from . import discovery, errors
 from .errors import APIError
-from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, resource_for, to_table
-from .patch import PATCH_TYPES
+from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, to_table
+from .patch import JSON_PATCH, MERGE_PATCH, PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
 from .storage import DEFAULT_WATCH_BUFFER
@@ -283,6 +285,7 @@ class APIServer:
             if self._http is not None:
                 raise RuntimeError("API server already running")
             self.stopping = False
+            self.registry.serve_stored_crds()  # a server (re)started on storage that has CRDs serves them
             executor = concurrent.futures.ThreadPoolExecutor(self.storage_threads,
                                                              thread_name_prefix="apiserver-storage")
             http = BackgroundHTTPServer(self._handle, self.host, self.port, limits=self.limits,
@@ -384,41 +387,46 @@ class APIServer:
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-            rt = resource_for(group_version, rest[0])
+        catalogue = self.registry.catalogue
+        rt = catalogue.resource_for(group_version, rest[0])
+        subresource = ""
+        if (len(rest) == 3 and rest[2] == "status" and not watch_path and rt is not None and rt.custom is not None
+                and rt.custom.status):  # a custom resource's status subresource (scale is not served)
+            subresource, rest = "status", rest[:2]
+        if namespace is not None:
             if rt is None or not rt.namespaced or len(rest) > 2:
                 raise errors.path_not_found()
-        else:
-            rt = resource_for(group_version, rest[0])
-            if rt is None or len(rest) > 2 or (rt.namespaced and len(rest) == 2):
-                raise errors.path_not_found()
+        elif rt is None or len(rest) > 2 or (rt.namespaced and len(rest) == 2):
+            raise errors.path_not_found()
         name = rest[1] if len(rest) == 2 else None
         verb = _verb(req.method, name is not None, watch_path or req.flag("watch"))
-        if verb not in rt.discovery_verbs:
+        if verb not in rt.discovery_verbs or (subresource and verb not in ("get", "update", "patch")):
             raise errors.method_not_allowed(req.method)
         if watch_path or (req.method == "GET" and name is None and req.flag("watch")):
             return await self._watch(req, rt, namespace, name)
         if name is None:
             return await self._collection(req, rt, namespace)
-        return await self._item(req, rt, namespace, name)
+        return await self._item(req, rt, namespace, name, subresource)
 
     async def _static(self, req: _Request, parts: list[str]) -> web.StreamResponse | None:
         if len(parts) > 5:
             return None
         path = "/" + "/".join(parts)
+        catalogue = self.registry.catalogue
         if path == "/version":
             return _json_response(200, discovery.version_info())
         if path == "/api":
             return _json_response(200, discovery.api_versions(f"{self.host}:{self.port}"))
         if path == "/apis":
-            return _json_response(200, discovery.api_group_list())
+            return _json_response(200, catalogue.api_group_list())
         if path == "/openapi/v3":
-            return _json_response(200, discovery.openapi_v3_root())
-        if path.startswith("/openapi/v3/") and (doc := discovery.openapi_v3_bytes(path[12:])) is not None:
+            return _json_response(200, catalogue.openapi_v3_root())
+        if path.startswith("/openapi/v3/") and (doc := catalogue.openapi_v3_bytes(path[12:])) is not None:
             return web.Response(status=200, body=doc, content_type="application/json")
-        if parts[:1] == ["apis"] and len(parts) == 2 and (group := discovery.api_group(parts[1])) is not None:
+        if parts[:1] == ["apis"] and len(parts) == 2 and (group := catalogue.api_group(parts[1])) is not None:
             return _json_response(200, group)
         if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
-            resources = discovery.api_resource_list("/".join(parts[1:]))
+            resources = catalogue.api_resource_list("/".join(parts[1:]))
             if resources is not None:
                 return _json_response(200, resources)
             return None
@@ -487,7 +495,8 @@ class APIServer:
                                         "items": items})
         raise errors.method_not_allowed(req.method)
 
-    async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str) -> web.StreamResponse:
+    async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str,
+                    subresource: str = "") -> web.StreamResponse:
         reg = self.registry
         if req.method == "GET":
             obj = await self._call(reg.get, rt, namespace, name)
@@ -498,14 +507,16 @@ class APIServer:
         if req.method == "PUT":
             opts = self._options(req)
             body = self._json_body(req, rt)
-            obj = await self._call(reg.update, rt, namespace, name, body, opts)
+            obj = await self._call(reg.update, rt, namespace, name, body, opts, subresource)
             return _json_response(200, obj, opts.warnings)
         if req.method == "PATCH":
-            if req.content_type not in PATCH_TYPES:  # server-side apply (_APPLY_PATCH) included
-                raise errors.unsupported_media_type(req.content_type, list(PATCH_TYPES))
+            # Custom resources take no strategic merge patch (as in kube: their schema has no patch strategies).
+            accepted = [JSON_PATCH, MERGE_PATCH] if rt.custom is not None else list(PATCH_TYPES)
+            if req.content_type not in accepted:  # server-side apply (_APPLY_PATCH) included
+                raise errors.unsupported_media_type(req.content_type, accepted)
             patch = _loads(req.body, "error decoding patch")
             opts = self._options(req)
-            obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts)
+            obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts, subresource)
             return _json_response(200, obj, opts.warnings)
         if req.method == "DELETE":
             opts = self._options(req)

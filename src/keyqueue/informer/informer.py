@@ -249,6 +249,32 @@ class Informer:
         options.setdefault("name", f"configmaps/{namespace}")
         return cls(api.list_namespaced_config_map, kwargs, **options)
 
+    @classmethod
+    def for_custom_objects(cls, api_client: Any, group: str, version: str, plural: str,
+                           namespace: str | None = None, **options: Any) -> Informer:
+        """An informer on the custom resources ``plural`` of ``group``/``version`` (a CRD's served version) in
+        ``namespace`` (``None`` = all namespaces, or a cluster-scoped resource), through the official client's
+        ``CustomObjectsApi``. Cached objects are the API's JSON as dicts, as for every informer.
+
+        ``options`` are :class:`Informer`'s keyword arguments, plus ``label_selector`` / ``field_selector``.
+        """
+        from kubernetes import client
+
+        for label, value in (("group", group), ("version", version), ("plural", plural)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{label} must be a non-empty str, got {type(value).__name__}: {value!r}")
+        api = client.CustomObjectsApi(api_client)
+        kwargs: dict[str, Any] = {"group": group, "version": version, "plural": plural}
+        for sel in ("label_selector", "field_selector"):
+            if sel in options:
+                kwargs[sel] = options.pop(sel)
+        if namespace is None:
+            options.setdefault("name", f"{plural}.{group}")
+            return cls(api.list_cluster_custom_object, kwargs, **options)
+        kwargs["namespace"] = namespace
+        options.setdefault("name", f"{plural}.{group}/{namespace}")
+        return cls(api.list_namespaced_custom_object, kwargs, **options)
+
     # -- handlers --------------------------------------------------------------------------------------------
 
     def add_event_handler(

@@ -1,0 +1,391 @@
+"""Custom resources: what one served version of a CustomResourceDefinition gives its objects.
+
+A :class:`CustomSchema` sits in the :attr:`~.objects.ResourceType.custom` of the type the catalogue serves for a
+CRD version; the registry's generic code path (the one ConfigMaps take) calls it where a built-in type has its
+field spec:
+
+* decoding (:meth:`CustomSchema.decode`): ``kind``/``apiVersion`` checked, ``metadata`` decoded as ``ObjectMeta``
+  (only its fields are kept), every other field pruned to the structural schema unless
+  ``x-kubernetes-preserve-unknown-fields`` (at any depth; the pruned paths are reported for ``fieldValidation``),
+  ``null`` dropped where the schema is not ``nullable``, then the schema's defaults applied;
+* validation (:meth:`CustomSchema.causes`): types (``integer`` vs ``number``, ``x-kubernetes-int-or-string``),
+  ``required``, ``enum``, ``minimum``/``maximum`` (and exclusive), ``multipleOf``, ``minLength``/``maxLength``,
+  ``pattern``, ``minItems``/``maxItems``, ``minProperties``/``maxProperties``, ``nullable``, with
+  kube-apiserver's 422 messages and field paths;
+* the ``status`` subresource (:meth:`CustomSchema.prepare_update`): the main endpoint ignores ``status``, ``/status``
+  ignores everything else; ``metadata.generation`` starts at 1 and grows with every change outside ``metadata``
+  (and ``status`` when it is a subresource);
+* reads (:meth:`CustomSchema.from_stored`): the served version's ``apiVersion`` (conversion strategy ``None``) and
+  the defaults, applied again on every read as kube does;
+* the Table form from ``additionalPrinterColumns`` and the OpenAPI v3 schema of the version.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .errors import bad_request
+
+if TYPE_CHECKING:
+    from .objects import ResourceType
+
+__all__ = ["CustomSchema", "check_value", "json_path_value", "type_name"]
+
+_Cause = tuple[str, str, str]
+_TYPE_NAMES: Final = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
+                      list: "array", type(None): "null"}
+
+
+def type_name(value: Any) -> str:
+    """The JSON schema type name of a decoded JSON value (``integer`` for whole numbers without a fraction)."""
+    return _TYPE_NAMES.get(type(value), "object")
+
+
+def _show(value: Any) -> str:
+    """A value as kube's field errors print it (Go ``%q`` for strings, ``%v`` otherwise)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
+    if value is None:
+        return "null"
+    return str(value) if isinstance(value, int) else json.dumps(value, separators=(",", ":"))[:200]
+
+
+def _matches_type(value: Any, want: str) -> bool:
+    if want == "object":
+        return isinstance(value, dict)
+    if want == "array":
+        return isinstance(value, list)
+    if want == "string":
+        return isinstance(value, str)
+    if want == "boolean":
+        return isinstance(value, bool)
+    if want == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
+    if want == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
+
+
+def _preserves(schema: Mapping[str, Any]) -> bool:
+    return bool(schema.get("x-kubernetes-preserve-unknown-fields")) or bool(
+        schema.get("x-kubernetes-embedded-resource"))
+
+
+def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[str]) -> Any:
+    """``value`` with the fields ``schema`` does not specify removed (their paths added to ``unknown``) and
+    ``null`` removed where not ``nullable``.  A value of the wrong type is left for validation to report."""
+    if isinstance(value, dict):
+        props: Mapping[str, Any] | None = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            if props is not None and key in props:
+                item_schema: Mapping[str, Any] | None = props[key]
+            elif isinstance(extra, Mapping):
+                item_schema = extra
+            elif _preserves(schema) or extra is True:
+                item_schema = None  # kept as it is, unknown fields included
+            else:
+                unknown.append(sub)
+                continue
+            if item is None and not (item_schema or {}).get("nullable") and item_schema is not None:
+                continue  # kube prunes null where the schema does not allow it (and defaults it)
+            out[key] = item if item_schema is None else _prune(item, item_schema, sub, unknown)
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [_prune(v, schema["items"], f"{path}[{i}]", unknown) for i, v in enumerate(value)]
+    return value
+
+
+def _default(value: Any, schema: Mapping[str, Any]) -> Any:
+    """Apply ``default``s of ``schema``'s properties to ``value`` (in place, nested defaults included)."""
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties") or {}
+        for key, sub in props.items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                _default(value[key], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            for key in value:
+                if key not in props:
+                    _default(value[key], extra)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for item in value:
+            _default(item, schema["items"])
+    return value
+
+
+def _check(value: Any, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    """Validate ``value`` against ``schema`` (kube-openapi's checks and messages)."""
+    if value is None:
+        if not schema.get("nullable") and schema.get("type"):
+            causes.append(("FieldValueInvalid", path, f'Invalid value: "null": {path} in body must be of type '
+                           f'{schema["type"]}: "null"'))
+        return
+    if schema.get("x-kubernetes-int-or-string"):
+        if not (_matches_type(value, "integer") or isinstance(value, str)):
+            got = type_name(value)
+            causes.append(("FieldValueInvalid", path,
+                           f'Invalid value: "{got}": {path} in body must be of type integer,string: "{got}"'))
+            return
+    elif (want := schema.get("type")) and not _matches_type(value, want):
+        got = type_name(value)
+        causes.append(("FieldValueInvalid", path, f'Invalid value: "{got}": {path} in body must be of type {want}: '
+                       f'"{got}"'))
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(_show(v) for v in schema["enum"])
+        causes.append(("FieldValueNotSupported", path, f"Unsupported value: {_show(value)}: supported values: "
+                       f"{allowed}"))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _check_number(value, schema, path, causes)
+    elif isinstance(value, str):
+        _check_string(value, schema, path, causes)
+    elif isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            causes.append(("FieldValueTooMany", path,
+                           f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {len(value)}: {path} in body should have at "
+                           f"least {schema['minItems']} items"))
+        if isinstance(schema.get("items"), Mapping):
+            for i, item in enumerate(value):
+                _check(item, schema["items"], f"{path}[{i}]", causes)
+    elif isinstance(value, dict):
+        _check_object(value, schema, path, causes)
+
+
+def check_value(value: Any, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    """Append to ``causes`` what is wrong with ``value`` against the structural ``schema`` (``path`` names it in the
+    messages, as kube's field errors do)."""
+    _check(value, schema, path, causes)
+
+
+def _check_number(value: float, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    shown = _show(value)
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None:
+        if schema.get("exclusiveMinimum") and value <= low:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}: {path} in body should be greater "
+                           f"than {_show(low)}"))
+        elif value < low:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}: {path} in body should be greater "
+                           f"than or equal to {_show(low)}"))
+    if high is not None:
+        if schema.get("exclusiveMaximum") and value >= high:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}: {path} in body should be less than "
+                           f"{_show(high)}"))
+        elif value > high:
+            causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}: {path} in body should be less than "
+                           f"or equal to {_show(high)}"))
+    step = schema.get("multipleOf")
+    if step and (value / step) != int(value / step):
+        causes.append(("FieldValueInvalid", path, f"Invalid value: {shown}: {path} in body should be a multiple "
+                       f"of {_show(step)}"))
+
+
+def _check_string(value: str, schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        causes.append(("FieldValueTooLong", path, f"Too long: may not be more than {schema['maxLength']} bytes"))
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should be at "
+                       f"least {schema['minLength']} chars long"))
+    pattern = schema.get("pattern")
+    if pattern is not None and re.search(pattern, value) is None:
+        causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should match "
+                       f"'{pattern}'"))
+
+
+def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
+    for key in schema.get("required") or ():
+        if key not in value:
+            causes.append(("FieldValueRequired", f"{path}.{key}" if path else key, "Required value"))
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        causes.append(("FieldValueTooMany", path,
+                       f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        causes.append(("FieldValueInvalid", path, f"Invalid value: {len(value)}: {path} in body should have at "
+                       f"least {schema['minProperties']} properties"))
+    props: Mapping[str, Any] = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, item in value.items():
+        if key in props:
+            _check(item, props[key], f"{path}.{key}" if path else key, causes)
+        elif isinstance(extra, Mapping):
+            _check(item, extra, f"{path}[{key}]" if path else key, causes)
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+_JSON_PATH_PART: Final = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def json_path_value(obj: Any, path: str) -> Any:
+    """The value at a printer column's simple JSONPath (``.spec.replicas``, ``.status.conditions[0].type``), or
+    ``None``.  Filters and wildcards are not evaluated (kube's full JSONPath is not needed for columns)."""
+    path = path.strip()
+    if path.startswith("{") and path.endswith("}"):
+        path = path[1:-1]
+    pos, value = 0, obj
+    while pos < len(path):
+        match = _JSON_PATH_PART.match(path, pos)
+        if match is None:
+            return None
+        if match.group(1) is not None:
+            value = value.get(match.group(1)) if isinstance(value, Mapping) else None
+        else:
+            index = int(match.group(2))
+            value = value[index] if isinstance(value, list) and index < len(value) else None
+        pos = match.end()
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class CustomSchema:
+    """One served version of a CRD: its structural schema (``openAPIV3Schema``) and subresources."""
+
+    crd_name: str
+    storage_version: str
+    schema: Mapping[str, Any]
+    #: True if the version declares the ``status`` subresource.
+    status: bool = False
+    printer_columns: tuple[Mapping[str, Any], ...] = ()
+    categories: tuple[str, ...] = ()
+    #: The CRD's ``metadata.uid``: a CRD deleted and created again under the same name is another one.
+    crd_uid: str = ""
+    #: True while the CRD is being deleted: its objects are still served, creates are refused (405).
+    terminating: bool = False
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]]:
+        """``body`` (a decoded JSON value) as an object of ``rt``: returns it pruned and defaulted, and the paths of
+        the unknown fields that were pruned.  400 for a body that is not an object, ``metadata`` of the wrong
+        shape, or a ``kind``/``apiVersion`` other than ``rt``'s."""
+        from .objects import decode_meta
+
+        if not isinstance(body, dict):
+            raise bad_request(f"the body of the request must be a {rt.kind} object")
+        kind = body.get("kind") or rt.kind
+        version = body.get("apiVersion") or rt.api_version
+        if version != rt.api_version:
+            raise bad_request(
+                f"the API version in the data ({version}) does not match the expected API version ({rt.api_version})")
+        if kind != rt.kind:
+            raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+        unknown: list[str] = []
+        meta = decode_meta(rt, body.get("metadata") or {}, unknown)
+        rest = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
+        obj: dict[str, Any] = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+        obj.update(_prune(rest, self.schema, "", unknown))
+        _default(obj, self.schema)
+        return obj, unknown
+
+    def causes(self, obj: Mapping[str, Any]) -> list[_Cause]:
+        """The schema validation errors of ``obj`` as ``(reason, field, message)``."""
+        causes: list[_Cause] = []
+        rest = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")}
+        schema = {k: v for k, v in self.schema.items() if k != "required"}
+        _check(rest, schema, "", causes)
+        for key in self.schema.get("required") or ():
+            if key not in obj:
+                causes.append(("FieldValueRequired", key, "Required value"))
+        return causes
+
+    def canonical(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """``obj`` with every key sorted (kube encodes custom resources as JSON maps)."""
+        out: dict[str, Any] = _sorted(obj)
+        return out
+
+    def from_stored(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A stored object as ``rt`` (a served version) serves it: its ``apiVersion``, pruned to this version's
+        schema and defaulted (as kube decodes custom resources from storage)."""
+        head = {"apiVersion": rt.api_version, "kind": obj.get("kind", rt.kind), "metadata": obj.get("metadata", {})}
+        rest = {k: v for k, v in obj.items() if k not in head}
+        head.update(_prune(rest, self.schema, "", []))
+        _default(head, self.schema)
+        return head
+
+    # ------------------------------------------------------------------ writes
+    def prepare_create(self, obj: dict[str, Any]) -> None:
+        """A new object: ``metadata.generation`` 1; ``status`` dropped if it is a subresource."""
+        obj["metadata"]["generation"] = 1
+        if self.status:
+            obj.pop("status", None)
+
+    def prepare_update(self, new: dict[str, Any], old: Mapping[str, Any], subresource: str) -> None:
+        """An update of ``old`` into ``new`` (in place), through the main endpoint (``subresource`` ``""``) or
+        ``status``: the main endpoint keeps ``old``'s status if it is a subresource; ``/status`` keeps everything
+        of ``old`` but the status.  ``metadata.generation`` grows by one if anything but ``metadata`` (and a
+        subresource ``status``) changed."""
+        if subresource == "status":
+            status = new.get("status")
+            new.clear()
+            new.update(copy.deepcopy(dict(old)))
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif self.status:
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        skip = ("metadata", "status") if self.status else ("metadata",)
+        changed = ({k: v for k, v in new.items() if k not in skip}
+                   != {k: v for k, v in old.items() if k not in skip})
+        generation = int(old["metadata"].get("generation") or 1)
+        new["metadata"]["generation"] = generation + 1 if changed else generation
+
+    # ------------------------------------------------------------------ table and OpenAPI
+    def columns(self, since: Callable[[Any, float], str]) -> list[tuple[dict[str, Any], Callable[..., Any]]]:
+        """The ``additionalPrinterColumns`` as Table columns and their cells (``date`` columns as ages)."""
+        out: list[tuple[dict[str, Any], Callable[..., Any]]] = []
+        for col in self.printer_columns:
+            kind = str(col.get("type", "string"))
+            definition = {"name": col.get("name", ""), "type": kind, "format": col.get("format", ""),
+                          "description": col.get("description", ""), "priority": int(col.get("priority", 0))}
+
+            def cell(obj: Mapping[str, Any], now: float, path: str = str(col.get("jsonPath", "")),
+                     kind: str = kind) -> Any:
+                value = json_path_value(obj, path)
+                if value is None:
+                    return None
+                if kind == "date":
+                    return since(value, now)
+                return value if isinstance(value, int | float | bool | str) else json.dumps(value)
+
+            out.append((definition, cell))
+        return out
+
+    def openapi_schema(self, object_meta: dict[str, Any]) -> dict[str, Any]:
+        """The version's schema as an OpenAPI v3 component: ``apiVersion``, ``kind`` and ``metadata`` (a reference
+        to ``ObjectMeta``) added."""
+        schema = copy.deepcopy(dict(self.schema))
+        props = schema.setdefault("properties", {})
+        props["apiVersion"] = {"type": "string", "description": "APIVersion defines the versioned schema of this "
+                               "representation of an object."}
+        props["kind"] = {"type": "string", "description": "Kind is a string value representing the REST resource "
+                         "this object represents."}
+        props["metadata"] = {"allOf": [object_meta], "description": "Standard object's metadata."}
+        schema.setdefault("type", "object")
+        return schema
