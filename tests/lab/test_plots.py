@@ -22,7 +22,7 @@ def _line(ax: Any, prefix: str) -> Any:
 
 
 def test_generator_line_is_not_hidden_under_the_queue_line() -> None:
-    result = run_firehose(FirehoseConfig(rate=2000, duration=0.5, keys=4, workers=2, log="none", sample_every=0.05))
+    result = run_firehose(FirehoseConfig(rate=2000, duration=1.0, keys=4, workers=2, log="none", sample_every=0.05))
     fig = run_figure(result)
     try:
         top = fig.axes[0]
