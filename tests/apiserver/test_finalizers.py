@@ -101,8 +101,10 @@ def test_propagation_policy_is_checked(server: TestAPIServer, ns: str) -> None:
     path, _ = _create(server, "configmaps", ns, "pp", [])
     code, status = raw_request(server, path, "DELETE", {"propagationPolicy": "Sideways"})
     assert code == 422 and 'Unsupported value: "Sideways"' in status["message"], status
-    code, status = raw_request(server, path, "DELETE", {"propagationPolicy": "Foreground"})
-    assert code == 200 and status["status"] == "Success"
+    code, marked = raw_request(server, path, "DELETE", {"propagationPolicy": "Foreground"})
+    # kube's answer: the object, marked, with the garbage collector's finalizer (tests/apiserver/test_gc.py)
+    assert code == 200 and marked["metadata"]["finalizers"] == ["foregroundDeletion"], marked
+    assert marked["metadata"]["deletionTimestamp"]
 
 
 def test_namespace_deletion_waits_for_finalizers(server: TestAPIServer, api: Any) -> None:

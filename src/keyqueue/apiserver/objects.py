@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .errors import APIError, bad_request, invalid
+from .validation import owner_reference_causes
 
 __all__ = [
     "CONFIGMAPS",
@@ -582,6 +583,7 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
     if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATION_BYTES:
         causes.append(("FieldValueTooLong", "metadata.annotations",
                        f"Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
+    causes.extend(owner_reference_causes(meta.get("ownerReferences")))
     if rt is CONFIGMAPS:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:

@@ -21,10 +21,13 @@ with ``metadata.finalizers`` only sets ``deletionTimestamp`` and
 ``deletionGracePeriodSeconds`` (0); no finalizer may be added afterwards; the
 update that removes the last one deletes the object instead of writing it.
 
+A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``,
+``foregroundDeletion``; :mod:`.gc`, whose collector thread acts on them and on ``ownerReferences``).
+
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no managedFields, no server-side apply, no garbage
-collector, no watch cache (watches and lists go to the backend), and a
-namespace's deletion is done within the DELETE call (no namespace controller):
+namespace-exists check, no managedFields, no server-side apply, no watch cache
+(watches and lists go to the backend), and a namespace's deletion is done within
+the DELETE call (no namespace controller):
 the namespace is marked ``Terminating`` (creates in it are then refused with
 403 ``NamespaceTerminating``; every create's transaction also requires the
 namespace's ``mod_revision`` it checked, so none slips in), its objects are
@@ -48,6 +51,7 @@ from typing import Any, Final
 
 from . import errors
 from .errors import APIError
+from .gc import deletion_finalizers
 from .objects import (
     NAMESPACED,
     NAMESPACES,
@@ -90,12 +94,15 @@ class WriteOptions:
 
     ``dry_run`` validates and answers without writing.  ``field_validation`` is
     ``Strict`` (unknown fields are a 400 error), ``Warn`` (the default: they are
-    dropped and reported in ``warnings``) or ``Ignore``.
+    dropped and reported in ``warnings``) or ``Ignore``.  ``propagation_policy`` (a delete's
+    ``Background``/``Foreground``/``Orphan``, ``""`` = unset) decides the garbage collector's finalizers
+    (:func:`~.gc.deletion_finalizers`).
     """
 
     dry_run: bool = False
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    propagation_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,10 +630,12 @@ class Registry:
                 if not opts.dry_run:
                     self._delete_namespace(key, kv, current)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
-            if meta.get("finalizers"):
-                if meta.get("deletionTimestamp"):
+            finalizers = deletion_finalizers(meta.get("finalizers"), opts.propagation_policy)
+            if finalizers:
+                if meta.get("deletionTimestamp") and finalizers == meta.get("finalizers"):
                     return current  # being deleted already: waiting for its finalizers
-                marked = self._mark_deleted(rt, current)
+                marked = copy.deepcopy(current) if meta.get("deletionTimestamp") else self._mark_deleted(rt, current)
+                marked["metadata"]["finalizers"] = finalizers
                 if opts.dry_run:
                     return marked
                 result = self._backend_call(self.backend.update, key, self.encode(rt, marked), kv.mod_revision)

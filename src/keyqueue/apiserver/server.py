@@ -42,6 +42,7 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 
 from . import discovery, errors
 from .errors import APIError
+from .gc import GarbageCollector
 from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, resource_for, to_table
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
@@ -258,6 +259,7 @@ class APIServer:
         self._lock = threading.Lock()
         self._http: BackgroundHTTPServer | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._gc: GarbageCollector | None = None  # runs while the server does
         self._streams: set[_WatchStream] = set()  # loop thread only
         self._blocking = bool(getattr(registry.backend, "blocking", True))
 
@@ -295,15 +297,19 @@ class APIServer:
                 raise
             self.port = http.port
             self._http, self._executor = http, executor
+            self._gc = GarbageCollector(self.registry)
+            self._gc.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving; blocks until the server's threads ended (up to ``timeout`` s each).  Idempotent."""
         with self._lock:
-            http, executor = self._http, self._executor
-            self._http = self._executor = None
+            http, executor, gc = self._http, self._executor, self._gc
+            self._http = self._executor = self._gc = None
             if http is None:
                 return
             self.stopping = True
+        if gc is not None:
+            gc.stop(timeout)
         http.stop(timeout)
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -518,8 +524,15 @@ class APIServer:
                     if delete_options.get("dryRun") == ["All"]:
                         opts.dry_run = True
                     policy = delete_options.get("propagationPolicy") or policy
-            # Accepted as kube does; there is no garbage collector, so no policy deletes dependents (and
-            # Foreground/Orphan add no finalizer that nothing would remove).
+                    orphan = delete_options.get("orphanDependents")
+                    if isinstance(orphan, bool):  # the deprecated spelling of Orphan / Background
+                        if policy:
+                            raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                                "FieldValueInvalid", "propagationPolicy",
+                                f"Invalid value: {json.dumps(policy)}: orphanDependents and deletionPropagation "
+                                "cannot be both set")])
+                        policy = "Orphan" if orphan else "Background"
+            # the garbage collector (gc.py) acts on the finalizers the policy sets
             if policy not in ("", "Orphan", "Background", "Foreground"):
                 raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
                     "FieldValueNotSupported", "propagationPolicy",
@@ -527,6 +540,7 @@ class APIServer:
                     "\"Background\", \"Orphan\"")])
             if preconditions is not None and not isinstance(preconditions, dict):
                 raise errors.bad_request("DeleteOptions.preconditions must be an object")
+            opts.propagation_policy = str(policy)
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
 
