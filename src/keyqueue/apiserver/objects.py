@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .errors import APIError, bad_request, invalid
-from .validation import owner_reference_causes
+from .validation import event_causes, event_update_causes, namespace_finalizer_causes, owner_reference_causes
 
 __all__ = [
     "CONFIGMAPS",
@@ -563,8 +563,9 @@ def _qualified_name_causes(field: str, key: str) -> list[_Cause]:
     return causes
 
 
-def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
-    """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid."""
+def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True) -> None:
+    """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid (``creating``: also the rules only a
+    create checks, as kube's ``ValidateEventCreate``)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     causes: list[_Cause] = []
@@ -588,6 +589,10 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
+    if rt is NAMESPACES:
+        causes.extend(namespace_finalizer_causes((obj.get("spec") or {}).get("finalizers") or ()))
+    if creating and stored_type(rt) is EVENTS:
+        causes.extend(event_causes(to_stored(rt, obj), core_request=rt is EVENTS))
     causes.extend(_int64_causes(obj))
     if causes:
         raise invalid(rt.kind, rt.qualified_name, name, causes)
@@ -670,9 +675,11 @@ def _configmap_causes(obj: Mapping[str, Any]) -> list[_Cause]:
 
 def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
     """Raise a 422 :class:`APIError` if changing ``old`` into ``new`` is not allowed."""
-    validate(rt, new)
+    validate(rt, new, creating=False)
     name = str(new["metadata"].get("name", ""))
     causes: list[_Cause] = []
+    if stored_type(rt) is EVENTS:
+        causes.extend(event_update_causes(to_stored(rt, new), to_stored(rt, old), core_request=rt is EVENTS))
     new_uid, old_uid = new["metadata"].get("uid", ""), old["metadata"].get("uid", "")
     if new_uid != old_uid:
         causes.append(_bad("metadata.uid", new_uid, "field is immutable"))

@@ -78,6 +78,7 @@ from .storage import (
     KeyValue,
     WatchOverflowError,
 )
+from .validation import namespace_finalizer_causes
 
 __all__ = ["MAX_RESOURCE_VERSION", "SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions",
            "parse_resource_version"]
@@ -146,9 +147,11 @@ def _phase(kv: KeyValue) -> str:
 
 
 def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
-    """True for an object (not a namespace) being deleted whose finalizers are all gone."""
+    """True for an object being deleted whose finalizers are all gone (a namespace's ``spec.finalizers`` too)."""
     meta = obj.get("metadata") or {}
-    return rt is not NAMESPACES and bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+    if rt is NAMESPACES and (obj.get("spec") or {}).get("finalizers"):
+        return False
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -418,8 +421,9 @@ class Registry:
                     meta.pop(kept, None)
         if rt is NAMESPACES:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
-            if old is None:
-                obj["spec"] = {"finalizers": ["kubernetes"]}
+            if old is None:  # as kube's namespace strategy: the client's spec.finalizers plus "kubernetes"
+                finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+                obj["spec"] = {"finalizers": finalizers if "kubernetes" in finalizers else [*finalizers, "kubernetes"]}
                 obj["status"] = {"phase": "Active"}
             else:
                 for part in ("spec", "status"):
@@ -687,13 +691,9 @@ class Registry:
                 self._delete_all(rt, name)
             if self._namespace_has_objects(name):
                 self._report_remaining(key, name)
-                return  # objects with finalizers remain: the last one to go deletes the namespace
-            result = self._backend_call(self.backend.delete, key, kv.mod_revision)
-            if result.succeeded or result.kv is None:
-                self._recent.forget(key)
-                return
-            kv = result.kv  # changed while terminating (a label, say): clean up again
-            current = self.decode(kv)
+                return  # objects with finalizers remain: the last one to go finishes the namespace
+            self._finish_namespace(name)
+            return
 
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, matcher: Matcher, opts: WriteOptions
@@ -771,18 +771,58 @@ class Registry:
                    for rt in NAMESPACED)
 
     def _finish_namespace(self, namespace: str) -> None:
-        """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is
-        terminating and now empty, delete it (the part of kube's namespace controller that waits for finalizers).
-        Whichever of this and the namespace's own deletion looks last sees it empty, so one of them deletes it."""
+        """Once a terminating ``namespace`` is empty (its own deletion emptied it, or the last object that waited
+        for its finalizers is gone): remove the ``kubernetes`` finalizer from ``spec.finalizers``, as kube's
+        namespace controller does, and delete the namespace if that leaves no finalizer there nor in
+        ``metadata.finalizers`` (else it stays ``Terminating`` until whoever owns them removes them: an update for
+        ``metadata.finalizers``, ``/finalize`` for ``spec.finalizers``).  Whichever of this and the namespace's own
+        deletion looks last sees it empty, so one of them finishes it."""
         ns_key = self.key(NAMESPACES, None, namespace)
         while True:
             ns_kv, _ = self._backend_call(self.backend.get, ns_key)
             if ns_kv is None or _phase(ns_kv) != "Terminating" or self._namespace_has_objects(namespace):
                 return
-            result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            ns = self.decode(ns_kv)
+            finalizers = list((ns.get("spec") or {}).get("finalizers") or ())
+            rest = [f for f in finalizers if f != "kubernetes"]
+            deleting = not rest and not ns["metadata"].get("finalizers")
+            if deleting:
+                result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            elif rest != finalizers:
+                ns["spec"] = {**(ns.get("spec") or {}), "finalizers": rest}
+                result = self._backend_call(self.backend.update, ns_key, self.encode(NAMESPACES, ns),
+                                            ns_kv.mod_revision)
+            else:
+                return  # waiting for finalizers that someone else removes
+            if result.succeeded and not deleting:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                continue  # written: look again (the others may have gone meanwhile)
             if result.succeeded or result.kv is None:
                 self._recent.forget(ns_key)
                 return
+            # changed meanwhile: read it again
+
+    def finalize_namespace(self, name: str, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        """``PUT /api/v1/namespaces/<name>/finalize``: set ``spec.finalizers`` from ``body`` (a Namespace; nothing
+        else of it is taken; its ``metadata.resourceVersion`` is a precondition).  A terminating namespace left
+        with no finalizer at all is deleted, as kube's namespace controller does after finalizing."""
+        obj = self.decode_body(NAMESPACES, body, opts)
+        finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+        causes = namespace_finalizer_causes(finalizers)
+        if causes:
+            raise errors.invalid(NAMESPACES.kind, NAMESPACES.qualified_name, name, causes)
+
+        def mutate(current: dict[str, Any]) -> dict[str, Any]:
+            rv = obj["metadata"].get("resourceVersion", "")
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(NAMESPACES.qualified_name, name, _CONFLICT_MSG)
+            current["spec"] = {**(current.get("spec") or {}), "finalizers": finalizers}
+            if not finalizers:
+                current["spec"].pop("finalizers")
+            return current
+
+        return self._guaranteed_update(NAMESPACES, None, name, mutate, opts)
 
     # ------------------------------------------------------------------ watch
     def watch(

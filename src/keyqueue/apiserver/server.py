@@ -43,7 +43,15 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 from . import discovery, errors
 from .errors import APIError
 from .gc import GarbageCollector
-from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, resource_for, to_table
+from .objects import (
+    NAMESPACES,
+    REVIEWS,
+    SELF_SUBJECT_REVIEWS,
+    SELF_SUBJECT_RULES_REVIEWS,
+    ResourceType,
+    resource_for,
+    to_table,
+)
 from .patch import PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
@@ -387,6 +395,13 @@ class APIServer:
                 raise errors.method_not_allowed(req.method)
             if not rest:
                 raise errors.path_not_found()
+        if group_version == "v1" and len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "finalize":
+            if req.method != "PUT" or watch_path:  # the namespace finalize subresource: update only
+                raise errors.method_not_allowed(req.method)
+            opts = self._options(req)
+            body = self._json_body(req, NAMESPACES)
+            obj = await self._call(self.registry.finalize_namespace, rest[1], body, opts)
+            return _json_response(200, obj, opts.warnings)
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
