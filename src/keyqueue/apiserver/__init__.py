@@ -12,7 +12,8 @@ etcd exactly the way kube-apiserver lays them out (keys
 with the same behaviour is there for fast tests.
 
 Not supported: other resources (CustomResourceDefinitions included), server-side apply (answered with 415),
-admission beyond "the namespace must exist", managedFields, authorization (RBAC).
+admission beyond "the namespace must exist", authorization (RBAC); managedFields are written for non-apply
+writes only.
 
 Typical use::
 

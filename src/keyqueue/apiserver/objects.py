@@ -638,7 +638,8 @@ def _int64_causes(obj: Mapping[str, Any]) -> list[_Cause]:
             if not _INT64_MIN <= value <= _INT64_MAX:
                 causes.append(_bad(path, f"{str(value)[:20]}...", "must be a 64-bit signed integer"))
         elif isinstance(value, Mapping):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items()
+                         if k != "managedFields")  # written by the server, never a client's integer
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
     return causes

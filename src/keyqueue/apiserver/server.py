@@ -43,6 +43,7 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 from . import discovery, errors
 from .errors import APIError
 from .gc import GarbageCollector
+from .managedfields import manager_from
 from .objects import (
     NAMESPACES,
     REVIEWS,
@@ -466,7 +467,8 @@ class APIServer:
         dry_run = req.query.get("dryRun", [])
         if any(v != "All" for v in dry_run):
             raise errors.bad_request(f"unsupported dryRun value {dry_run!r}: only All is supported")
-        return WriteOptions(dry_run=bool(dry_run), field_validation=req.arg("fieldValidation", "Warn"))
+        return WriteOptions(dry_run=bool(dry_run), field_validation=req.arg("fieldValidation", "Warn"),
+                            field_manager=manager_from(req.arg("fieldManager"), req.http.headers.get("User-Agent", "")))
 
     @staticmethod
     def _json_body(req: _Request, rt: ResourceType) -> Any:
