@@ -102,6 +102,14 @@ def test_full_buffer_drops_and_counts_and_close_gives_up(memory_server: TestAPIS
     dead.close()
 
 
+def test_an_event_the_server_refuses_is_not_retried(api: Any, api_client: Any, ns: str) -> None:
+    cm = _config_map(api, ns)
+    with EventBroadcaster(api_client, api="events.k8s.io/v1", clock=FakeClock()) as broadcaster:
+        broadcaster.recorder_for("op").event(cm, "Normal", "R" * 129, "reason too long for kube")  # 422
+        assert broadcaster.flush(30)
+        assert (broadcaster.written, broadcaster.failed) == (0, 1)  # no retry wait: flush returned at once
+
+
 def test_bad_input_is_refused_at_the_recorder(api_client: Any) -> None:
     with EventBroadcaster(api_client) as broadcaster:
         recorder = broadcaster.recorder_for("op")

@@ -9,9 +9,10 @@ and repeat counting for core ``v1``; isomorphic series for ``events.k8s.io/v1``)
 official ``kubernetes`` client: a create, or a patch of the Event it repeats.
 
 Failures, as client-go's ``recordToSink``: an error answer from the server (an ``ApiException`` with a status:
-invalid, forbidden, ...) is logged and not retried (:attr:`EventBroadcaster.failed`); a patch of an Event that is
-gone (404) becomes a create; an unreachable server is retried up to 12 tries, ``retry_interval`` (10 s) apart on
-the broadcaster's clock, then the event is given up (counted in ``failed``).
+invalid, forbidden, a 5xx too, as client-go treats every ``StatusError``) is logged and not retried
+(:attr:`EventBroadcaster.failed`); a patch of an Event that is gone (404) becomes a create; an unreachable server
+is retried up to 12 tries, ``retry_interval`` (10 s) apart on the broadcaster's clock, then the event is given up
+(counted in ``failed``).
 
 Shutdown: :meth:`EventBroadcaster.close` stops accepting events (later ones are dropped and counted), lets the
 sender write every event buffered before it, then (``events.k8s.io/v1``) writes each open series' latest count
@@ -360,8 +361,8 @@ class EventBroadcaster:
             return data
         except self._api_exception as exc:
             status = int(getattr(exc, "status", 0) or 0)
-            if status == 0 or status >= 500:
-                raise _Unreachable(f"HTTP {status}: {getattr(exc, 'reason', '')}") from None
+            if status == 0:  # no answer (the client raises ApiException(status=0) for some transport errors)
+                raise _Unreachable(f"{getattr(exc, 'reason', '')}") from None
             body = getattr(exc, "body", "") or ""
             try:
                 reason = json.loads(body).get("message", body)
