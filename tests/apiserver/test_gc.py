@@ -113,6 +113,16 @@ def test_orphan_removes_the_owner_from_dependents(api: Any, ns: str, collect: Co
     assert [r.name for r in api.read_namespaced_config_map("b", ns).metadata.owner_references] == ["keeper"]
 
 
+def test_delete_collection_takes_the_policy(api: Any, ns: str, collect: Collect) -> None:
+    owners = [api.create_namespaced_config_map(ns, {"metadata": {"name": f"o{i}", "labels": {"role": "owner"}}})
+              for i in range(2)]
+    _cm(api, ns, "dep", [_ref(o) for o in owners])
+    w = collect(api.list_namespaced_config_map, ns, resource_version=_rv(api, ns))
+    api.delete_collection_namespaced_config_map(ns, label_selector="role=owner", propagation_policy="Orphan")
+    _deleted(w, {"o0", "o1"})
+    assert api.read_namespaced_config_map("dep", ns).metadata.owner_references is None
+
+
 def test_cluster_scoped_owner_and_absent_owners(api: Any, ns: str, collect: Collect) -> None:
     owner_ns = api.create_namespace({"metadata": {"name": unique("owner-ns")}})
     elsewhere = _cm(api, owner_ns.metadata.name, "elsewhere")

@@ -503,12 +503,45 @@ class APIServer:
             obj = await self._call(reg.create, rt, namespace, body, opts)
             return _json_response(201, obj, opts.warnings)
         if req.method == "DELETE" and rt.namespaced and namespace is not None:
-            opts = self._options(req)
+            opts, _preconditions = self._delete_options(req)  # as kube: preconditions apply to single deletes
             matcher = reg.matcher(rt, req.arg("labelSelector"), req.arg("fieldSelector"))
             items, meta = await self._call(reg.delete_collection, rt, namespace, matcher, opts)
             return _json_response(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                                         "items": items})
         raise errors.method_not_allowed(req.method)
+
+    @staticmethod
+    def _delete_options(req: _Request) -> tuple[WriteOptions, dict[str, Any] | None]:
+        """A delete's options (query and ``DeleteOptions`` body): dry run, ``propagationPolicy`` (or the
+        deprecated ``orphanDependents``; 422 for an unknown one or both) and the preconditions."""
+        opts = APIServer._options(req)
+        preconditions = None
+        policy = req.arg("propagationPolicy")
+        if req.body.strip():
+            delete_options = _loads(req.body, "malformed DeleteOptions body")
+            if isinstance(delete_options, dict):
+                preconditions = delete_options.get("preconditions")
+                if delete_options.get("dryRun") == ["All"]:
+                    opts.dry_run = True
+                policy = delete_options.get("propagationPolicy") or policy
+                orphan = delete_options.get("orphanDependents")
+                if isinstance(orphan, bool):  # the deprecated spelling of Orphan / Background
+                    if policy:
+                        raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                            "FieldValueInvalid", "propagationPolicy",
+                            f"Invalid value: {json.dumps(policy)}: orphanDependents and deletionPropagation "
+                            "cannot be both set")])
+                    policy = "Orphan" if orphan else "Background"
+        # the garbage collector (gc.py) acts on the finalizers the policy sets
+        if policy not in ("", "Orphan", "Background", "Foreground"):
+            raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                "FieldValueNotSupported", "propagationPolicy",
+                f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
+                "\"Background\", \"Orphan\"")])
+        if preconditions is not None and not isinstance(preconditions, dict):
+            raise errors.bad_request("DeleteOptions.preconditions must be an object")
+        opts.propagation_policy = str(policy)
+        return opts, preconditions
 
     async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str) -> web.StreamResponse:
         reg = self.registry
@@ -531,33 +564,7 @@ class APIServer:
             obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts)
             return _json_response(200, obj, opts.warnings)
         if req.method == "DELETE":
-            opts = self._options(req)
-            preconditions = None
-            policy = req.arg("propagationPolicy")
-            if req.body.strip():
-                delete_options = _loads(req.body, "malformed DeleteOptions body")
-                if isinstance(delete_options, dict):
-                    preconditions = delete_options.get("preconditions")
-                    if delete_options.get("dryRun") == ["All"]:
-                        opts.dry_run = True
-                    policy = delete_options.get("propagationPolicy") or policy
-                    orphan = delete_options.get("orphanDependents")
-                    if isinstance(orphan, bool):  # the deprecated spelling of Orphan / Background
-                        if policy:
-                            raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
-                                "FieldValueInvalid", "propagationPolicy",
-                                f"Invalid value: {json.dumps(policy)}: orphanDependents and deletionPropagation "
-                                "cannot be both set")])
-                        policy = "Orphan" if orphan else "Background"
-            # the garbage collector (gc.py) acts on the finalizers the policy sets
-            if policy not in ("", "Orphan", "Background", "Foreground"):
-                raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
-                    "FieldValueNotSupported", "propagationPolicy",
-                    f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
-                    "\"Background\", \"Orphan\"")])
-            if preconditions is not None and not isinstance(preconditions, dict):
-                raise errors.bad_request("DeleteOptions.preconditions must be an object")
-            opts.propagation_policy = str(policy)
+            opts, preconditions = self._delete_options(req)
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
 
