@@ -29,6 +29,7 @@ def _core_event(name: str, ns: str, target: str, **extra: Any) -> dict[str, Any]
         "metadata": {"name": name},
         "involvedObject": {"kind": "ConfigMap", "apiVersion": "v1", "name": target, "namespace": ns},
         "reason": "Synced", "message": "synced ok", "type": "Normal", "source": {"component": "op"},
+        "reportingComponent": "op", "reportingInstance": "op-1", "action": "Sync",
         "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z", "count": 2,
         **extra,
     }
@@ -62,8 +63,11 @@ def test_one_storage_two_versions(api: Any, events_api: Any, ns: str) -> None:
         events_api.list_namespaced_event(ns, field_selector="involvedObject.name=cm-a")
     assert info.value.status == 400
 
-    events_api.patch_namespaced_event("a.1", ns, {"note": "patched"})
-    assert api.read_namespaced_event("a.1", ns).message == "patched"
+    api.patch_namespaced_event("a.1", ns, {"message": "patched"})  # core v1: legacy rules, message may change
+    assert events_api.read_namespaced_event("a.1", ns).note == "patched"
+    with pytest.raises(client.ApiException) as info:  # events.k8s.io/v1: an Event's description is immutable
+        events_api.patch_namespaced_event("a.1", ns, {"note": "changed"})
+    assert info.value.status == 422 and "field is immutable" in info.value.body
     # a no-op through the other version writes nothing
     rv = api.read_namespaced_event("a.1", ns).metadata.resource_version
     assert events_api.patch_namespaced_event("a.1", ns, {"note": "patched"}).metadata.resource_version == rv
@@ -128,7 +132,8 @@ def test_kubectl_describe_get_and_events(kubectl: Kubectl, etcd_server: TestAPIS
 def test_times_are_written_back_in_kube_form(server: TestAPIServer, ns: str) -> None:
     body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "t.1"},
             "involvedObject": {"kind": "ConfigMap", "name": "x", "namespace": ns},
-            "lastTimestamp": "2026-01-01T01:01:00.9+01:00", "eventTime": "2026-01-01T02:00:00.1234567+02:00"}
+            "lastTimestamp": "2026-01-01T01:01:00.9+01:00", "eventTime": "2026-01-01T02:00:00.1234567+02:00",
+            "reportingComponent": "op", "reportingInstance": "op-1", "action": "Sync", "reason": "Synced"}
     code, obj = raw_request(server, f"/api/v1/namespaces/{ns}/events", "POST", body)
     assert code == 201, obj
     assert obj["lastTimestamp"] == "2026-01-01T00:01:00Z"

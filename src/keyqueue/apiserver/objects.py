@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from .errors import APIError, bad_request, invalid
+from .validation import event_causes, event_update_causes, namespace_finalizer_causes, owner_reference_causes
 
 if TYPE_CHECKING:
     from .custom import CustomSchema
@@ -618,8 +619,9 @@ def _qualified_name_causes(field: str, key: str) -> list[_Cause]:
     return causes
 
 
-def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
-    """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid."""
+def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True) -> None:
+    """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid (``creating``: also the rules only a
+    create checks, as kube's ``ValidateEventCreate``)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     causes: list[_Cause] = []
@@ -638,12 +640,17 @@ def validate(rt: ResourceType, obj: Mapping[str, Any]) -> None:
     if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATION_BYTES:
         causes.append(("FieldValueTooLong", "metadata.annotations",
                        f"Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
+    causes.extend(owner_reference_causes(meta.get("ownerReferences")))
     if rt is CONFIGMAPS:
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
     if rt.custom is not None:
         causes.extend(rt.custom.causes(obj))
+    if rt is NAMESPACES:
+        causes.extend(namespace_finalizer_causes((obj.get("spec") or {}).get("finalizers") or ()))
+    if creating and stored_type(rt) is EVENTS:
+        causes.extend(event_causes(to_stored(rt, obj), core_request=rt is EVENTS))
     causes.extend(_int64_causes(obj))
     if causes:
         raise invalid(invalid_kind(rt), rt.qualified_name, name, causes)
@@ -695,7 +702,8 @@ def _int64_causes(obj: Mapping[str, Any]) -> list[_Cause]:
             if not _INT64_MIN <= value <= _INT64_MAX:
                 causes.append(_bad(path, f"{str(value)[:20]}...", "must be a 64-bit signed integer"))
         elif isinstance(value, Mapping):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items()
+                         if k != "managedFields")  # written by the server, never a client's integer
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
     return causes
@@ -732,9 +740,11 @@ def _configmap_causes(obj: Mapping[str, Any]) -> list[_Cause]:
 
 def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
     """Raise a 422 :class:`APIError` if changing ``old`` into ``new`` is not allowed."""
-    validate(rt, new)
+    validate(rt, new, creating=False)
     name = str(new["metadata"].get("name", ""))
     causes: list[_Cause] = []
+    if stored_type(rt) is EVENTS:
+        causes.extend(event_update_causes(to_stored(rt, new), to_stored(rt, old), core_request=rt is EVENTS))
     new_uid, old_uid = new["metadata"].get("uid", ""), old["metadata"].get("uid", "")
     if new_uid != old_uid:
         causes.append(_bad("metadata.uid", new_uid, "field is immutable"))

@@ -21,10 +21,13 @@ with ``metadata.finalizers`` only sets ``deletionTimestamp`` and
 ``deletionGracePeriodSeconds`` (0); no finalizer may be added afterwards; the
 update that removes the last one deletes the object instead of writing it.
 
+A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``,
+``foregroundDeletion``; :mod:`.gc`, whose collector thread acts on them and on ``ownerReferences``).
+
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no managedFields, no server-side apply, no garbage
-collector, no watch cache (watches and lists go to the backend), and a
-namespace's deletion is done within the DELETE call (no namespace controller):
+namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch cache
+(watches and lists go to the backend), and a namespace's deletion is done within
+the DELETE call (no namespace controller):
 the namespace is marked ``Terminating`` (creates in it are then refused with
 403 ``NamespaceTerminating``; every create's transaction also requires the
 namespace's ``mod_revision`` it checked, so none slips in), its objects are
@@ -50,6 +53,8 @@ from . import errors
 from .catalogue import Catalogue
 from .crd import CRD_FINALIZER, crd_causes, prepare_crd, served_types
 from .errors import APIError
+from .gc import deletion_finalizers
+from .managedfields import managed_fields
 from .objects import (
     CRDS,
     NAMESPACES,
@@ -77,6 +82,7 @@ from .storage import (
     KeyValue,
     WatchOverflowError,
 )
+from .validation import namespace_finalizer_causes
 
 __all__ = ["MAX_RESOURCE_VERSION", "SYSTEM_NAMESPACES", "Matcher", "ObjectWatch", "Registry", "WriteOptions",
            "parse_resource_version"]
@@ -93,12 +99,17 @@ class WriteOptions:
 
     ``dry_run`` validates and answers without writing.  ``field_validation`` is
     ``Strict`` (unknown fields are a 400 error), ``Warn`` (the default: they are
-    dropped and reported in ``warnings``) or ``Ignore``.
+    dropped and reported in ``warnings``) or ``Ignore``.  ``propagation_policy`` (a delete's
+    ``Background``/``Foreground``/``Orphan``, ``""`` = unset) decides the garbage collector's finalizers
+    (:func:`~.gc.deletion_finalizers`).
     """
 
     dry_run: bool = False
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)
+    propagation_policy: str = ""
+    #: Who writes (``metadata.managedFields``; :func:`~.managedfields.manager_from`); ``""``: the server itself.
+    field_manager: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +153,22 @@ def _phase(kv: KeyValue) -> str:
 
 
 def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
-    """True for an object (not a namespace) being deleted whose finalizers are all gone."""
+    """True for an object being deleted whose finalizers are all gone (a namespace's ``spec.finalizers`` too)."""
     meta = obj.get("metadata") or {}
-    return rt is not NAMESPACES and bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+    if rt is NAMESPACES and (obj.get("spec") or {}).get("finalizers"):
+        return False
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of a decoded object (dicts, lists, scalars), several times faster than ``copy.deepcopy``,
+    except ``managedFields``, which is shared: nothing modifies an entry in place (:mod:`.managedfields` builds new
+    ones, :func:`~.patch.apply_patch` copies), and copying its field trees was most of an update's cost."""
+    if isinstance(value, dict):
+        return {k: v if k == "managedFields" else _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
 
 
 def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
@@ -417,8 +441,9 @@ class Registry:
                     meta.pop(kept, None)
         if rt is NAMESPACES:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
-            if old is None:
-                obj["spec"] = {"finalizers": ["kubernetes"]}
+            if old is None:  # as kube's namespace strategy: the client's spec.finalizers plus "kubernetes"
+                finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+                obj["spec"] = {"finalizers": finalizers if "kubernetes" in finalizers else [*finalizers, "kubernetes"]}
                 obj["status"] = {"phase": "Active"}
             else:
                 for part in ("spec", "status"):
@@ -443,6 +468,9 @@ class Registry:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
         self._prepare_extension(rt, obj, None)
+        managed = managed_fields(rt, None, obj, opts.field_manager, meta["creationTimestamp"])
+        if managed:
+            meta["managedFields"] = managed
         validate(rt, obj)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
@@ -510,7 +538,7 @@ class Registry:
                 raise errors.not_found(rt.qualified_name, name)
             current = self.decode(kv, rt=rt)
             try:
-                new = mutate(copy.deepcopy(current))
+                new = mutate(_clone(current))
             except APIError:
                 if confirmed:
                     raise
@@ -553,6 +581,7 @@ class Registry:
 
     def _update_checks(
         self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
+        opts: WriteOptions,
         subresource: str = "",
     ) -> dict[str, Any]:
         meta = new["metadata"]
@@ -568,6 +597,10 @@ class Registry:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
         self._prepare_extension(rt, new, current, subresource)
+        new["metadata"]["managedFields"] = managed_fields(rt, current, new, opts.field_manager,
+                                                          format_time(self._clock()))
+        if not new["metadata"]["managedFields"]:
+            del new["metadata"]["managedFields"]
         _validate_update(rt, new, current)
         if current["metadata"].get("deletionTimestamp"):
             had = set(current["metadata"].get("finalizers") or ())
@@ -589,7 +622,7 @@ class Registry:
         obj = self.decode_body(rt, body, opts)
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
-            return self._update_checks(rt, namespace, name, copy.deepcopy(obj), current, subresource)
+            return self._update_checks(rt, namespace, name, _clone(obj), current, opts, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -609,7 +642,7 @@ class Registry:
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
             patched = apply_patch(patch_type, current, patch)
             new = self.decode_body(rt, patched, opts)
-            return self._update_checks(rt, namespace, name, new, current, subresource)
+            return self._update_checks(rt, namespace, name, new, current, opts, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
 
@@ -651,10 +684,12 @@ class Registry:
                 if not opts.dry_run:
                     self._delete_namespace(key, kv, current)
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
-            if meta.get("finalizers"):
-                if meta.get("deletionTimestamp"):
+            finalizers = deletion_finalizers(meta.get("finalizers"), opts.propagation_policy)
+            if finalizers:
+                if meta.get("deletionTimestamp") and finalizers == meta.get("finalizers"):
                     return current  # being deleted already: waiting for its finalizers
-                marked = self._mark_deleted(rt, current)
+                marked = copy.deepcopy(current) if meta.get("deletionTimestamp") else self._mark_deleted(rt, current)
+                marked["metadata"]["finalizers"] = finalizers
                 if opts.dry_run:
                     return marked
                 result = self._backend_call(self.backend.update, key, self.encode(rt, marked), kv.mod_revision)
@@ -715,13 +750,9 @@ class Registry:
                 self._delete_all(rt, name)
             if self._namespace_has_objects(name):
                 self._report_remaining(key, name)
-                return  # objects with finalizers remain: the last one to go deletes the namespace
-            result = self._backend_call(self.backend.delete, key, kv.mod_revision)
-            if result.succeeded or result.kv is None:
-                self._recent.forget(key)
-                return
-            kv = result.kv  # changed while terminating (a label, say): clean up again
-            current = self.decode(kv)
+                return  # objects with finalizers remain: the last one to go finishes the namespace
+            self._finish_namespace(name)
+            return
 
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, matcher: Matcher, opts: WriteOptions
@@ -799,18 +830,58 @@ class Registry:
                    for rt in self.catalogue.namespaced())
 
     def _finish_namespace(self, namespace: str) -> None:
-        """After an object of ``namespace`` that waited for its finalizers is gone: if the namespace is
-        terminating and now empty, delete it (the part of kube's namespace controller that waits for finalizers).
-        Whichever of this and the namespace's own deletion looks last sees it empty, so one of them deletes it."""
+        """Once a terminating ``namespace`` is empty (its own deletion emptied it, or the last object that waited
+        for its finalizers is gone): remove the ``kubernetes`` finalizer from ``spec.finalizers``, as kube's
+        namespace controller does, and delete the namespace if that leaves no finalizer there nor in
+        ``metadata.finalizers`` (else it stays ``Terminating`` until whoever owns them removes them: an update for
+        ``metadata.finalizers``, ``/finalize`` for ``spec.finalizers``).  Whichever of this and the namespace's own
+        deletion looks last sees it empty, so one of them finishes it."""
         ns_key = self.key(NAMESPACES, None, namespace)
         while True:
             ns_kv, _ = self._backend_call(self.backend.get, ns_key)
             if ns_kv is None or _phase(ns_kv) != "Terminating" or self._namespace_has_objects(namespace):
                 return
-            result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            ns = self.decode(ns_kv)
+            finalizers = list((ns.get("spec") or {}).get("finalizers") or ())
+            rest = [f for f in finalizers if f != "kubernetes"]
+            deleting = not rest and not ns["metadata"].get("finalizers")
+            if deleting:
+                result = self._backend_call(self.backend.delete, ns_key, ns_kv.mod_revision)
+            elif rest != finalizers:
+                ns["spec"] = {**(ns.get("spec") or {}), "finalizers": rest}
+                result = self._backend_call(self.backend.update, ns_key, self.encode(NAMESPACES, ns),
+                                            ns_kv.mod_revision)
+            else:
+                return  # waiting for finalizers that someone else removes
+            if result.succeeded and not deleting:
+                assert result.kv is not None
+                self._recent.put(result.kv)
+                continue  # written: look again (the others may have gone meanwhile)
             if result.succeeded or result.kv is None:
                 self._recent.forget(ns_key)
                 return
+            # changed meanwhile: read it again
+
+    def finalize_namespace(self, name: str, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        """``PUT /api/v1/namespaces/<name>/finalize``: set ``spec.finalizers`` from ``body`` (a Namespace; nothing
+        else of it is taken; its ``metadata.resourceVersion`` is a precondition).  A terminating namespace left
+        with no finalizer at all is deleted, as kube's namespace controller does after finalizing."""
+        obj = self.decode_body(NAMESPACES, body, opts)
+        finalizers = list((obj.get("spec") or {}).get("finalizers") or ())
+        causes = namespace_finalizer_causes(finalizers)
+        if causes:
+            raise errors.invalid(NAMESPACES.kind, NAMESPACES.qualified_name, name, causes)
+
+        def mutate(current: dict[str, Any]) -> dict[str, Any]:
+            rv = obj["metadata"].get("resourceVersion", "")
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(NAMESPACES.qualified_name, name, _CONFLICT_MSG)
+            current["spec"] = {**(current.get("spec") or {}), "finalizers": finalizers}
+            if not finalizers:
+                current["spec"].pop("finalizers")
+            return current
+
+        return self._guaranteed_update(NAMESPACES, None, name, mutate, opts)
 
     # ------------------------------------------------------------------ CustomResourceDefinitions
     def _prepare_extension(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,

@@ -44,7 +44,9 @@ from keyqueue._httpserver import BackgroundHTTPServer, BodyError, HTTPLimits, re
 
 from . import discovery, errors
 from .errors import APIError
-from .objects import REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, to_table
+from .gc import GarbageCollector
+from .managedfields import manager_from
+from .objects import NAMESPACES, REVIEWS, SELF_SUBJECT_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, ResourceType, to_table
 from .patch import JSON_PATCH, MERGE_PATCH, PATCH_TYPES
 from .protobuf import PROTOBUF, decode_object
 from .registry import ObjectWatch, Registry, WriteOptions, parse_resource_version
@@ -260,6 +262,7 @@ class APIServer:
         self._lock = threading.Lock()
         self._http: BackgroundHTTPServer | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._gc: GarbageCollector | None = None  # runs while the server does
         self._streams: set[_WatchStream] = set()  # loop thread only
         self._blocking = bool(getattr(registry.backend, "blocking", True))
 
@@ -298,15 +301,19 @@ class APIServer:
                 raise
             self.port = http.port
             self._http, self._executor = http, executor
+            self._gc = GarbageCollector(self.registry)
+            self._gc.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving; blocks until the server's threads ended (up to ``timeout`` s each).  Idempotent."""
         with self._lock:
-            http, executor = self._http, self._executor
-            self._http = self._executor = None
+            http, executor, gc = self._http, self._executor, self._gc
+            self._http = self._executor = self._gc = None
             if http is None:
                 return
             self.stopping = True
+        if gc is not None:
+            gc.stop(timeout)
         http.stop(timeout)
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
@@ -384,6 +391,13 @@ class APIServer:
                 raise errors.method_not_allowed(req.method)
             if not rest:
                 raise errors.path_not_found()
+        if group_version == "v1" and len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "finalize":
+            if req.method != "PUT" or watch_path:  # the namespace finalize subresource: update only
+                raise errors.method_not_allowed(req.method)
+            opts = self._options(req)
+            body = self._json_body(req, NAMESPACES)
+            obj = await self._call(self.registry.finalize_namespace, rest[1], body, opts)
+            return _json_response(200, obj, opts.warnings)
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -453,7 +467,8 @@ class APIServer:
         dry_run = req.query.get("dryRun", [])
         if any(v != "All" for v in dry_run):
             raise errors.bad_request(f"unsupported dryRun value {dry_run!r}: only All is supported")
-        return WriteOptions(dry_run=bool(dry_run), field_validation=req.arg("fieldValidation", "Warn"))
+        return WriteOptions(dry_run=bool(dry_run), field_validation=req.arg("fieldValidation", "Warn"),
+                            field_manager=manager_from(req.arg("fieldManager"), req.http.headers.get("User-Agent", "")))
 
     @staticmethod
     def _json_body(req: _Request, rt: ResourceType) -> Any:
@@ -488,12 +503,45 @@ class APIServer:
             obj = await self._call(reg.create, rt, namespace, body, opts)
             return _json_response(201, obj, opts.warnings)
         if req.method == "DELETE" and rt.namespaced and namespace is not None:
-            opts = self._options(req)
+            opts, _preconditions = self._delete_options(req)  # as kube: preconditions apply to single deletes
             matcher = reg.matcher(rt, req.arg("labelSelector"), req.arg("fieldSelector"))
             items, meta = await self._call(reg.delete_collection, rt, namespace, matcher, opts)
             return _json_response(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                                         "items": items})
         raise errors.method_not_allowed(req.method)
+
+    @staticmethod
+    def _delete_options(req: _Request) -> tuple[WriteOptions, dict[str, Any] | None]:
+        """A delete's options (query and ``DeleteOptions`` body): dry run, ``propagationPolicy`` (or the
+        deprecated ``orphanDependents``; 422 for an unknown one or both) and the preconditions."""
+        opts = APIServer._options(req)
+        preconditions = None
+        policy = req.arg("propagationPolicy")
+        if req.body.strip():
+            delete_options = _loads(req.body, "malformed DeleteOptions body")
+            if isinstance(delete_options, dict):
+                preconditions = delete_options.get("preconditions")
+                if delete_options.get("dryRun") == ["All"]:
+                    opts.dry_run = True
+                policy = delete_options.get("propagationPolicy") or policy
+                orphan = delete_options.get("orphanDependents")
+                if isinstance(orphan, bool):  # the deprecated spelling of Orphan / Background
+                    if policy:
+                        raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                            "FieldValueInvalid", "propagationPolicy",
+                            f"Invalid value: {json.dumps(policy)}: orphanDependents and deletionPropagation "
+                            "cannot be both set")])
+                    policy = "Orphan" if orphan else "Background"
+        # the garbage collector (gc.py) acts on the finalizers the policy sets
+        if policy not in ("", "Orphan", "Background", "Foreground"):
+            raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
+                "FieldValueNotSupported", "propagationPolicy",
+                f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
+                "\"Background\", \"Orphan\"")])
+        if preconditions is not None and not isinstance(preconditions, dict):
+            raise errors.bad_request("DeleteOptions.preconditions must be an object")
+        opts.propagation_policy = str(policy)
+        return opts, preconditions
 
     async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str,
                     subresource: str = "") -> web.StreamResponse:
@@ -519,25 +567,7 @@ class APIServer:
             obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts, subresource)
             return _json_response(200, obj, opts.warnings)
         if req.method == "DELETE":
-            opts = self._options(req)
-            preconditions = None
-            policy = req.arg("propagationPolicy")
-            if req.body.strip():
-                delete_options = _loads(req.body, "malformed DeleteOptions body")
-                if isinstance(delete_options, dict):
-                    preconditions = delete_options.get("preconditions")
-                    if delete_options.get("dryRun") == ["All"]:
-                        opts.dry_run = True
-                    policy = delete_options.get("propagationPolicy") or policy
-            # Accepted as kube does; there is no garbage collector, so no policy deletes dependents (and
-            # Foreground/Orphan add no finalizer that nothing would remove).
-            if policy not in ("", "Orphan", "Background", "Foreground"):
-                raise errors.invalid("DeleteOptions", "deleteoptions", "", [(
-                    "FieldValueNotSupported", "propagationPolicy",
-                    f"Unsupported value: {json.dumps(policy)}: supported values: \"Foreground\", "
-                    "\"Background\", \"Orphan\"")])
-            if preconditions is not None and not isinstance(preconditions, dict):
-                raise errors.bad_request("DeleteOptions.preconditions must be an object")
+            opts, preconditions = self._delete_options(req)
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
 
