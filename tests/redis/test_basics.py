@@ -218,3 +218,21 @@ def test_snapshot_counts_the_shared_structures_like_the_in_process_queue(new_que
     assert not snap.shutting_down
     q.done("a")
     assert (q.snapshot().fifo, q.snapshot().processing) == (2, 0)
+
+
+def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: redis.Redis) -> None:
+    import re
+
+    from keyqueue.redis._protocol import OPERATIONS, _library, script_source
+
+    _, functions = _library()
+    names = [n for n, _ in functions]
+    assert {"now_us", "notify", "add_clean", "expire", "promote"} <= set(names)
+    for op in OPERATIONS:
+        src = script_source(op)
+        defined = re.findall(r"^local function (\w+)\(", src, re.MULTILINE)
+        code = re.sub(r"--[^\n]*", "", src)
+        called = {n for n in names if re.search(rf"\b{n}\(", code.replace(f"local function {n}(", ""))}
+        assert set(defined) - {"num", "when"} == called, op  # num/when: add_rate_limited's own functions
+        rclient.script_load(src)  # Redis compiles it
+    assert "expire" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -47,11 +48,53 @@ _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED,
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
 
 
+_LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
+
+
+@functools.cache
+def _library() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """lib.lua split into its prologue (keys, constants) and its functions in file order: (name, text with the
+    comment above it). A function's text ends at the first line that is exactly ``end``."""
+    text = (resources.files("keyqueue.redis") / "lua" / "lib.lua").read_text()
+    starts = [m.start() for m in _LUA_FUNCTION.finditer(text)]
+    if not starts:
+        return text, ()
+
+    def comment_start(pos: int) -> int:  # back over the comment lines right above a definition
+        lines_before = text[:pos].split("\n")[:-1]
+        while lines_before and lines_before[-1].startswith("--"):
+            lines_before.pop()
+        return len("\n".join(lines_before)) + (1 if lines_before else 0)
+
+    functions = []
+    prologue_end = comment_start(starts[0])
+    for pos in starts:
+        end = text.index("\nend\n", pos) + len("\nend\n")
+        name = _LUA_FUNCTION.match(text, pos)
+        assert name is not None
+        functions.append((name.group(1), text[comment_start(pos):end]))
+    return text[:prologue_end], tuple(functions)
+
+
 @functools.cache
 def script_source(operation: str) -> str:
-    """The Lua text sent for ``operation``: the shared library (lib.lua), then the operation's own file."""
-    pkg = resources.files("keyqueue.redis") / "lua"
-    return (pkg / "lib.lua").read_text() + "\n" + (pkg / f"{operation}.lua").read_text()
+    """The Lua text sent for ``operation``: lib.lua's prologue, the library functions the operation calls (directly
+    or through another library function, in lib.lua's order, so each is defined before its callers), then the
+    operation's own file. Redis runs a script's whole text on every call, so unused definitions would cost time."""
+    own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
+    prologue, functions = _library()
+    bodies = dict(functions)
+    needed: set[str] = set()
+    todo = [own]
+    while todo:
+        code = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
+        for name in bodies:
+            if name not in needed and re.search(rf"\b{name}\(", code):
+                needed.add(name)
+                todo.append(bodies[name])
+    linked = "".join(body for name, body in functions if name in needed)
+    return prologue + linked + "\n" + own
 
 
 @functools.cache
@@ -201,8 +244,8 @@ class HandleState:
         self.clock = clock
         self.url = url
         self.holder = uuid.uuid4().hex[:16]
-        self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
-        self.keys = [prefix + role for role in _KEY_ROLES]
+        self.prefix = prefix = f"kq:{{{name}}}:"  # one hash tag: every key of the queue is in one Cluster slot
+        self.keys = [prefix + role for role in _KEY_ROLES]  # the scripts' KEYS, in lib.lua's order
         self.notify_key = self.keys[5]
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
         self.lock = threading.Lock()
