@@ -16,7 +16,7 @@ import math
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -45,6 +45,7 @@ OPERATIONS: Final = (
 )
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
                    5: AddResult.DELAY_KEPT}
+ADD_MANY_BATCH: Final = 1000  # adds per pipelined round trip of add_many (bounds the request and reply buffers)
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
 
 
@@ -267,6 +268,13 @@ class HandleState:
     def add_args(self, key: object) -> list[str]:
         return [self.now_arg(), check_key(key)]
 
+    def add_many_args(self, keys: Iterable[object]) -> list[list[str]]:
+        """One add's arguments per key, every key checked before anything is sent."""
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(f"add_many takes an iterable of str keys, not one {type(keys).__name__}: {keys!r:.80}")
+        now = self.now_arg()
+        return [[now, check_key(k)] for k in keys]
+
     def add_after_args(self, key: object, delay: object) -> list[str]:
         d = check_delay(delay)
         return [self.now_arg(), check_key(key), "inf" if d == math.inf else repr(d)]
@@ -300,6 +308,15 @@ class HandleState:
                     if retry:
                         m.retry()
         return outcome
+
+    def on_adds(self, replies: list[Any]) -> list[AddResult]:
+        """A pipelined add_many batch's outcomes, in order. An error reply (the batch is not atomic: the adds before
+        and after it were applied) raises :class:`RedisQueueError` after the applied ones are counted."""
+        results = [self.on_add(r) for r in replies if not isinstance(r, Exception)]
+        for r in replies:
+            if isinstance(r, Exception):
+                raise translate(self.url, "add_many", r) from r
+        return results
 
     def on_len(self, reply: Any) -> tuple[int, int]:
         """The len script's reply: (fifo length, dirty keys); counts the keys it made dirty as this handle's adds."""
