@@ -149,8 +149,14 @@ class _NaiveRedisQueue:
             self.r.sadd(self.set, key)
             self.r.rpush(self.list, key)
 
-    def get(self) -> str:
-        key = self.r.lpop(self.list)
+    def get(self, timeout: float | None = None) -> str:
+        if timeout is None:
+            key = self.r.lpop(self.list)
+        else:  # wait for a key (the throughput rows: another process may have taken the one just added)
+            popped = self.r.blpop([self.list], timeout=timeout)
+            if popped is None:
+                raise TimeoutError
+            key = popped[1]
         self.r.srem(self.set, key)
         return str(key)
 
@@ -182,8 +188,13 @@ def _cycle(naive: bool) -> Any:
 
 _THROUGHPUT_WORKER = """
 import sys, time
-from keyqueue.redis import Queue
-q = Queue(sys.argv[1], url=sys.argv[2])
+if sys.argv[5] == "naive":  # run from the repository root (as python -m benchmarks is): benchmarks is importable
+    import redis
+    from benchmarks.bench_redis import _NaiveRedisQueue
+    q = _NaiveRedisQueue(redis.Redis.from_url(sys.argv[2], decode_responses=True), sys.argv[1])
+else:
+    from keyqueue.redis import Queue
+    q = Queue(sys.argv[1], url=sys.argv[2])
 seconds = float(sys.argv[3]); me = sys.argv[4]
 print("ready", flush=True); sys.stdin.readline()
 n = 0; end = time.monotonic() + seconds
@@ -197,15 +208,18 @@ print(n, flush=True)
 """
 
 
-def _throughput(processes: int, seconds: float) -> Any:
+def _throughput(processes: int, seconds: float, naive: bool = False) -> Any:
     def run(ctx: Context) -> Measurement | Skip:
         if (skip := _available()) is not None:
             return skip
+        import redis
+
         name = f"bench-{uuid.uuid4().hex[:8]}"
         values = []
         for _ in range(ctx.size(3, 1)):
             procs = [subprocess.Popen([sys.executable, "-c", _THROUGHPUT_WORKER, name, _url(), str(seconds),
-                                       f"w{i}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                       f"w{i}", "naive" if naive else "keyqueue"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                      for i in range(processes)]
             try:
                 for p in procs:
@@ -223,10 +237,20 @@ def _throughput(processes: int, seconds: float) -> Any:
                     p.kill()
                     p.wait()
             values.append(sum(counts) / elapsed)
+        with contextlib.closing(redis.Redis.from_url(_url())) as client:  # what the workers left behind
+            naive_keys = _NaiveRedisQueue(client, name)
+            client.delete(naive_keys.list, naive_keys.set, *_queue_keys(name))
+        what = "the naive list + set queue" if naive else "one keyqueue.redis.Queue"
         return Measurement("cycles/s", values, ops=len(values), higher_is_better=True,
-                           note=f"{processes} process(es) on one queue; a cycle = add a new key, get+done the next "
+                           note=f"{processes} process(es) on {what}; a cycle = add a new key, get+done the next "
                                 f"ready one; {seconds:g} s")
     return run
+
+
+def _queue_keys(name: str) -> list[str]:
+    from keyqueue.redis._protocol import HandleState
+
+    return HandleState(name, lease=1.0, clock=None, stats=False, url="").keys
 
 
 def _idle(getters: int, seconds: float) -> Any:
@@ -291,7 +315,10 @@ def cases(smoke: bool) -> list[Case]:
         Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,
              _cycle(True), interleave=True),
         *(Case(f"redis.procs{p}", f"throughput, {p} process(es)", G_REDIS, _throughput(p, secs),
-               baseline="redis.procs1" if p > 1 else None, needs=("redis.procs1",) if p > 1 else ())
+               baseline=f"redis.naiveprocs{p}", needs=(f"redis.naiveprocs{p}",))
+          for p in (1, 2, 4)),
+        *(Case(f"redis.naiveprocs{p}", f"naive Redis queue throughput, {p} process(es)", G_REDIS,
+               _throughput(p, secs, naive=True))
           for p in (1, 2, 4)),
         Case("redis.idle", "idle: 16 getters blocked in get()", G_REDIS, _idle(16, 0.5 if smoke else 5.0),
              checks=(Check("≤ 1% of a core", "le", 1.0),)),
