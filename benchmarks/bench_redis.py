@@ -87,13 +87,48 @@ def _evalsha(keys: int, args: int) -> Any:
     return run
 
 
+def _paired(ctx: Context, m: Measurement, run_block: Any, per: int) -> Measurement:
+    """Add to ``m`` the ratio measured block by block against PING: ``per`` PINGs, then ``per`` operations
+    (``run_block(b)`` runs block ``b``'s), many times; the median over blocks of (operations' time / PINGs' time).
+    Each ratio compares two moments a few milliseconds apart, so load from elsewhere on the machine falls on both
+    sides; the row's own ratio compares medians of separate timings. Reported in the note and in ``extra``."""
+    import statistics
+
+    import redis
+
+    blocks = ctx.size(40, 4)
+    with contextlib.closing(redis.Redis.from_url(_url(), decode_responses=True)) as client:
+        ping = client.ping
+        ratios = []
+        for b in range(blocks):
+            t0 = time.perf_counter()
+            for _ in range(per):
+                ping()
+            t1 = time.perf_counter()
+            run_block(b)
+            ratios.append((time.perf_counter() - t1) / (t1 - t0))
+    paired = statistics.median(ratios)
+    m.extra["paired_ratio"] = paired
+    m.note = (m.note + "; " if m.note else "") + (
+        f"paired with PING block by block ({blocks} × {per} calls each): {paired:.2f}x (median)")
+    return m
+
+
+_PER_BLOCK = 50  # calls per block of the paired measurement
+
+
 def _dedup(ctx: Context) -> Measurement | Skip:
     if (skip := _available()) is not None:
         return skip
     q = _queue()
     try:
         q.add("default/obj")
-        return time_inline(ctx, "add(k)", globals={"add": q.add, "k": "default/obj"})
+        m = time_inline(ctx, "add(k)", globals={"add": q.add, "k": "default/obj"})
+
+        def block(_: int) -> None:
+            for _ in range(_PER_BLOCK):
+                q.add("default/obj")
+        return _paired(ctx, m, block, _PER_BLOCK)
     finally:
         q.delete()
         q.close()
@@ -106,8 +141,15 @@ def _add_new(n: int) -> Any:
         q = _queue()
         keys = [f"default/obj-{i}" for i in range(n)]
         try:
-            return time_batch(ctx, "for k in keys: add(k)", "delete()",
-                              {"add": q.add, "keys": keys, "delete": q.delete}, ops=n, unit="ns/op")
+            m = time_batch(ctx, "for k in keys: add(k)", "delete()",
+                           {"add": q.add, "keys": keys, "delete": q.delete}, ops=n, unit="ns/op")
+            q.delete()
+            fresh = [f"default/paired-{i}" for i in range(ctx.size(40, 4) * _PER_BLOCK)]
+
+            def block(b: int) -> None:
+                for k in fresh[b * _PER_BLOCK:(b + 1) * _PER_BLOCK]:
+                    q.add(k)
+            return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
             q.close()
@@ -129,7 +171,14 @@ def _get_done(n: int) -> Any:
             m = time_batch(ctx, "for _ in keys: done(get())", "fill()",
                            {"get": q.get, "done": q.done, "keys": keys, "fill": fill}, ops=2 * n, unit="ns/op")
             m.note = "per call: get and done are one round trip each"
-            return m
+            q.delete()
+            for i in range(ctx.size(40, 4) * _PER_BLOCK // 2):
+                q.add(f"default/paired-{i}")
+
+            def block(_: int) -> None:
+                for _ in range(_PER_BLOCK // 2):
+                    q.done(q.get())
+            return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
             q.close()

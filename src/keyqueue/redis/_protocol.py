@@ -37,7 +37,7 @@ __all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tre
 
 log = logging.getLogger("keyqueue.redis")
 
-# The queue's Redis keys, in the order lib.lua expects them in KEYS.
+# The queue's Redis keys (prefix + role), as lib.lua names them.
 _KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
@@ -245,8 +245,8 @@ class HandleState:
         self.clock = clock
         self.url = url
         self.holder = uuid.uuid4().hex[:16]
-        self.prefix = prefix = f"kq:{{{name}}}:"  # one hash tag: every key of the queue is in one Cluster slot
-        self.keys = [prefix + role for role in _KEY_ROLES]  # the scripts' KEYS, in lib.lua's order
+        self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
+        self.keys = [prefix + role for role in _KEY_ROLES]
         self.notify_key = self.keys[5]
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
         self.lock = threading.Lock()

@@ -75,7 +75,7 @@ class Queue(_HandleBase):
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str]) -> Any:
-        # As the threaded shell's _call: EVALSHA with the queue's keys in KEYS, loading the script on NOSCRIPT.
+        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
         try:
             try:
                 return await self._evalsha(self._sha[op], *self._keyargs, *args)
@@ -266,7 +266,7 @@ class Queue(_HandleBase):
                 self._scrape_client = (client, client.register_script(script_source("len")))
             client, script = self._scrape_client
         with translated(self.url, "len (metrics scrape)"):
-            reply = script(keys=self._state.keys, args=[self._state.now_arg()], client=client)
+            reply = script(keys=[self._state.prefix], args=[self._state.now_arg()], client=client)
         return self._state.on_len(reply)[1]
 
     async def inspect(self) -> dict[str, int]:

@@ -113,7 +113,7 @@ class _HandleBase:
         self.lease_seconds = state.lease
         self._evalsha = client.evalsha
         self._sha = {op: script_sha(op) for op in OPERATIONS}
-        self._keyargs = (len(state.keys), *state.keys)  # EVALSHA's numkeys and KEYS: every key the scripts touch
+        self._keyargs = (1, state.prefix)  # EVALSHA's numkeys and KEYS: the queue's prefix (see lib.lua)
         self._socket_timeout = socket_timeout_of(client)
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
@@ -196,7 +196,7 @@ class Queue(_HandleBase):
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        # EVALSHA with the queue's ten keys declared in KEYS (see lib.lua); the script is loaded when Redis does not
+        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua); the script is loaded when Redis does not
         # know it (first use, or after a restart or SCRIPT FLUSH) and the call sent once more.
         try:
             try:
