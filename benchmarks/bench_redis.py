@@ -87,13 +87,48 @@ def _evalsha(keys: int, args: int) -> Any:
     return run
 
 
+def _paired(ctx: Context, m: Measurement, run_block: Any, per: int) -> Measurement:
+    """Add to ``m`` the ratio measured block by block against PING: ``per`` PINGs, then ``per`` operations
+    (``run_block(b)`` runs block ``b``'s), many times; the median over blocks of (operations' time / PINGs' time).
+    Each ratio compares two moments a few milliseconds apart, so load from elsewhere on the machine falls on both
+    sides; the row's own ratio compares medians of separate timings. Reported in the note and in ``extra``."""
+    import statistics
+
+    import redis
+
+    blocks = ctx.size(40, 4)
+    with contextlib.closing(redis.Redis.from_url(_url(), decode_responses=True)) as client:
+        ping = client.ping
+        ratios = []
+        for b in range(blocks):
+            t0 = time.perf_counter()
+            for _ in range(per):
+                ping()
+            t1 = time.perf_counter()
+            run_block(b)
+            ratios.append((time.perf_counter() - t1) / (t1 - t0))
+    paired = statistics.median(ratios)
+    m.extra["paired_ratio"] = paired
+    m.note = (m.note + "; " if m.note else "") + (
+        f"paired with PING block by block ({blocks} × {per} calls each): {paired:.2f}x (median)")
+    return m
+
+
+_PER_BLOCK = 50  # calls per block of the paired measurement
+
+
 def _dedup(ctx: Context) -> Measurement | Skip:
     if (skip := _available()) is not None:
         return skip
     q = _queue()
     try:
         q.add("default/obj")
-        return time_inline(ctx, "add(k)", globals={"add": q.add, "k": "default/obj"})
+        m = time_inline(ctx, "add(k)", globals={"add": q.add, "k": "default/obj"})
+
+        def block(_: int) -> None:
+            for _ in range(_PER_BLOCK):
+                q.add("default/obj")
+        return _paired(ctx, m, block, _PER_BLOCK)
     finally:
         q.delete()
         q.close()
@@ -106,8 +141,15 @@ def _add_new(n: int) -> Any:
         q = _queue()
         keys = [f"default/obj-{i}" for i in range(n)]
         try:
-            return time_batch(ctx, "for k in keys: add(k)", "delete()",
-                              {"add": q.add, "keys": keys, "delete": q.delete}, ops=n, unit="ns/op")
+            m = time_batch(ctx, "for k in keys: add(k)", "delete()",
+                           {"add": q.add, "keys": keys, "delete": q.delete}, ops=n, unit="ns/op")
+            q.delete()
+            fresh = [f"default/paired-{i}" for i in range(ctx.size(40, 4) * _PER_BLOCK)]
+
+            def block(b: int) -> None:
+                for k in fresh[b * _PER_BLOCK:(b + 1) * _PER_BLOCK]:
+                    q.add(k)
+            return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
             q.close()
@@ -129,7 +171,14 @@ def _get_done(n: int) -> Any:
             m = time_batch(ctx, "for _ in keys: done(get())", "fill()",
                            {"get": q.get, "done": q.done, "keys": keys, "fill": fill}, ops=2 * n, unit="ns/op")
             m.note = "per call: get and done are one round trip each"
-            return m
+            q.delete()
+            for i in range(ctx.size(40, 4) * _PER_BLOCK // 2):
+                q.add(f"default/paired-{i}")
+
+            def block(_: int) -> None:
+                for _ in range(_PER_BLOCK // 2):
+                    q.done(q.get())
+            return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
             q.close()
@@ -149,8 +198,14 @@ class _NaiveRedisQueue:
             self.r.sadd(self.set, key)
             self.r.rpush(self.list, key)
 
-    def get(self) -> str:
-        key = self.r.lpop(self.list)
+    def get(self, timeout: float | None = None) -> str:
+        if timeout is None:
+            key = self.r.lpop(self.list)
+        else:  # wait for a key (the throughput rows: another process may have taken the one just added)
+            popped = self.r.blpop([self.list], timeout=timeout)
+            if popped is None:
+                raise TimeoutError
+            key = popped[1]
         self.r.srem(self.set, key)
         return str(key)
 
@@ -182,8 +237,13 @@ def _cycle(naive: bool) -> Any:
 
 _THROUGHPUT_WORKER = """
 import sys, time
-from keyqueue.redis import Queue
-q = Queue(sys.argv[1], url=sys.argv[2])
+if sys.argv[5] == "naive":  # run from the repository root (as python -m benchmarks is): benchmarks is importable
+    import redis
+    from benchmarks.bench_redis import _NaiveRedisQueue
+    q = _NaiveRedisQueue(redis.Redis.from_url(sys.argv[2], decode_responses=True), sys.argv[1])
+else:
+    from keyqueue.redis import Queue
+    q = Queue(sys.argv[1], url=sys.argv[2])
 seconds = float(sys.argv[3]); me = sys.argv[4]
 print("ready", flush=True); sys.stdin.readline()
 n = 0; end = time.monotonic() + seconds
@@ -197,15 +257,18 @@ print(n, flush=True)
 """
 
 
-def _throughput(processes: int, seconds: float) -> Any:
+def _throughput(processes: int, seconds: float, naive: bool = False) -> Any:
     def run(ctx: Context) -> Measurement | Skip:
         if (skip := _available()) is not None:
             return skip
+        import redis
+
         name = f"bench-{uuid.uuid4().hex[:8]}"
         values = []
         for _ in range(ctx.size(3, 1)):
             procs = [subprocess.Popen([sys.executable, "-c", _THROUGHPUT_WORKER, name, _url(), str(seconds),
-                                       f"w{i}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                       f"w{i}", "naive" if naive else "keyqueue"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                      for i in range(processes)]
             try:
                 for p in procs:
@@ -223,10 +286,20 @@ def _throughput(processes: int, seconds: float) -> Any:
                     p.kill()
                     p.wait()
             values.append(sum(counts) / elapsed)
+        with contextlib.closing(redis.Redis.from_url(_url())) as client:  # what the workers left behind
+            naive_keys = _NaiveRedisQueue(client, name)
+            client.delete(naive_keys.list, naive_keys.set, *_queue_keys(name))
+        what = "the naive list + set queue" if naive else "one keyqueue.redis.Queue"
         return Measurement("cycles/s", values, ops=len(values), higher_is_better=True,
-                           note=f"{processes} process(es) on one queue; a cycle = add a new key, get+done the next "
+                           note=f"{processes} process(es) on {what}; a cycle = add a new key, get+done the next "
                                 f"ready one; {seconds:g} s")
     return run
+
+
+def _queue_keys(name: str) -> list[str]:
+    from keyqueue.redis._protocol import HandleState
+
+    return HandleState(name, lease=1.0, clock=None, stats=False, url="").keys
 
 
 def _idle(getters: int, seconds: float) -> Any:
@@ -291,7 +364,10 @@ def cases(smoke: bool) -> list[Case]:
         Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,
              _cycle(True), interleave=True),
         *(Case(f"redis.procs{p}", f"throughput, {p} process(es)", G_REDIS, _throughput(p, secs),
-               baseline="redis.procs1" if p > 1 else None, needs=("redis.procs1",) if p > 1 else ())
+               baseline=f"redis.naiveprocs{p}", needs=(f"redis.naiveprocs{p}",))
+          for p in (1, 2, 4)),
+        *(Case(f"redis.naiveprocs{p}", f"naive Redis queue throughput, {p} process(es)", G_REDIS,
+               _throughput(p, secs, naive=True))
           for p in (1, 2, 4)),
         Case("redis.idle", "idle: 16 getters blocked in get()", G_REDIS, _idle(16, 0.5 if smoke else 5.0),
              checks=(Check("≤ 1% of a core", "le", 1.0),)),

@@ -90,3 +90,25 @@ def test_scripts_flushed_from_redis_are_loaded_again(redis_url: str) -> None:
             await q.delete()
 
     asyncio.run(main())
+
+
+def test_add_many_pipelines_adds_in_order(redis_url: str) -> None:
+    import redis
+
+    async def main() -> None:
+        async with rq.Queue(f"aio-{uuid.uuid4().hex[:8]}", url=redis_url) as q:
+            with redis.Redis.from_url(redis_url) as sync:
+                sync.script_flush()
+            keys = ["a", "b", "a"] + [f"k{i}" for i in range(1_500)]
+            results = await q.add_many(keys)
+            assert results[:3] == [AddResult.QUEUED, AddResult.QUEUED, AddResult.DEDUP]
+            assert results[3:] == [AddResult.QUEUED] * 1_500
+            assert (await q.inspect())["queued"] == 2 + 1_500
+            assert await q.get(timeout=1) == "a"
+            with pytest.raises(TypeError, match="bytes"):
+                await q.add_many([b"x"])
+            q.shut_down()
+            assert await q.add_many(["z"]) == [AddResult.DROPPED]
+            await q.delete()
+
+    asyncio.run(main())

@@ -218,3 +218,57 @@ def test_snapshot_counts_the_shared_structures_like_the_in_process_queue(new_que
     assert not snap.shutting_down
     q.done("a")
     assert (q.snapshot().fifo, q.snapshot().processing) == (2, 0)
+
+
+def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: redis.Redis) -> None:
+    import re
+
+    from keyqueue.redis._protocol import OPERATIONS, _library, script_source
+
+    _, functions = _library()
+    names = [n for n, _ in functions]
+    assert {"now_us", "notify", "add_clean", "expire", "promote"} <= set(names)
+    for op in OPERATIONS:
+        src = script_source(op)
+        defined = re.findall(r"^local function (\w+)\(", src, re.MULTILINE)
+        code = re.sub(r"--[^\n]*", "", src)
+        called = {n for n in names if re.search(rf"\b{n}\(", code.replace(f"local function {n}(", ""))}
+        assert set(defined) - {"num", "when"} == called, op  # num/when: add_rate_limited's own functions
+        rclient.script_load(src)  # Redis compiles it
+    assert "expire" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
+
+
+def test_add_many_is_add_of_each_key_in_order_pipelined(new_queue: Any, rclient: redis.Redis) -> None:
+    q = new_queue(stats=True)
+    q.add("held")
+    assert q.get(timeout=1) == "held"
+    rclient.script_flush()  # the pipeline meets NOSCRIPT: those adds did not run, they are sent once more
+    keys = ["a", "b", "a", "held", "c"] + [f"k{i}" for i in range(2_500)]  # more than one batch
+    results = q.add_many(keys)
+    assert results[:5] == [AddResult.QUEUED, AddResult.QUEUED, AddResult.DEDUP, AddResult.MARKED, AddResult.QUEUED]
+    assert results[5:] == [AddResult.QUEUED] * 2_500
+    assert q.stats().adds == len(keys) + 1
+    assert q.inspect()["queued"] == 3 + 2_500  # held is marked, not queued
+    assert [q.get(timeout=1) for _ in range(3)] == ["a", "b", "c"]
+    assert q.add_many([]) == []
+
+
+def test_add_many_checks_every_key_before_sending_and_drops_after_shutdown(
+    new_queue: Any, rclient: redis.Redis
+) -> None:
+    q = new_queue()
+    with pytest.raises(TypeError, match="int"):
+        q.add_many(["a", 1])
+    with pytest.raises(TypeError, match="str"):
+        q.add_many("abc")  # one str is not a list of keys
+    assert q.inspect()["dirty"] == 0  # nothing was sent
+    rclient.config_set("maxmemory", "1")  # every write is refused: an error reply for each add of the batch
+    try:
+        with pytest.raises(RedisQueueError, match="OOM"):
+            q.add_many(["a", "b"])
+    finally:
+        rclient.config_set("maxmemory", "0")
+    assert q.inspect()["dirty"] == 0
+    q.shut_down()
+    assert q.add_many(["a", "b"]) == [AddResult.DROPPED, AddResult.DROPPED]
+    assert q.inspect()["dirty"] == 0

@@ -13,9 +13,10 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -36,7 +37,7 @@ __all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tre
 
 log = logging.getLogger("keyqueue.redis")
 
-# The queue's Redis keys, in the order lib.lua expects them in KEYS.
+# The queue's Redis keys (prefix + role), as lib.lua names them.
 _KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
@@ -44,14 +45,57 @@ OPERATIONS: Final = (
 )
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
                    5: AddResult.DELAY_KEPT}
+ADD_MANY_BATCH: Final = 1000  # adds per pipelined round trip of add_many (bounds the request and reply buffers)
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
+
+
+_LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
+
+
+@functools.cache
+def _library() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """lib.lua split into its prologue (keys, constants) and its functions in file order: (name, text with the
+    comment above it). A function's text ends at the first line that is exactly ``end``."""
+    text = (resources.files("keyqueue.redis") / "lua" / "lib.lua").read_text()
+    starts = [m.start() for m in _LUA_FUNCTION.finditer(text)]
+    if not starts:
+        return text, ()
+
+    def comment_start(pos: int) -> int:  # back over the comment lines right above a definition
+        lines_before = text[:pos].split("\n")[:-1]
+        while lines_before and lines_before[-1].startswith("--"):
+            lines_before.pop()
+        return len("\n".join(lines_before)) + (1 if lines_before else 0)
+
+    functions = []
+    prologue_end = comment_start(starts[0])
+    for pos in starts:
+        end = text.index("\nend\n", pos) + len("\nend\n")
+        name = _LUA_FUNCTION.match(text, pos)
+        assert name is not None
+        functions.append((name.group(1), text[comment_start(pos):end]))
+    return text[:prologue_end], tuple(functions)
 
 
 @functools.cache
 def script_source(operation: str) -> str:
-    """The Lua text sent for ``operation``: the shared library (lib.lua), then the operation's own file."""
-    pkg = resources.files("keyqueue.redis") / "lua"
-    return (pkg / "lib.lua").read_text() + "\n" + (pkg / f"{operation}.lua").read_text()
+    """The Lua text sent for ``operation``: lib.lua's prologue, the library functions the operation calls (directly
+    or through another library function, in lib.lua's order, so each is defined before its callers), then the
+    operation's own file. Redis runs a script's whole text on every call, so unused definitions would cost time."""
+    own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
+    prologue, functions = _library()
+    bodies = dict(functions)
+    needed: set[str] = set()
+    todo = [own]
+    while todo:
+        code = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
+        for name in bodies:
+            if name not in needed and re.search(rf"\b{name}\(", code):
+                needed.add(name)
+                todo.append(bodies[name])
+    linked = "".join(body for name, body in functions if name in needed)
+    return prologue + linked + "\n" + own
 
 
 @functools.cache
@@ -224,6 +268,13 @@ class HandleState:
     def add_args(self, key: object) -> list[str]:
         return [self.now_arg(), check_key(key)]
 
+    def add_many_args(self, keys: Iterable[object]) -> list[list[str]]:
+        """One add's arguments per key, every key checked before anything is sent."""
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(f"add_many takes an iterable of str keys, not one {type(keys).__name__}: {keys!r:.80}")
+        now = self.now_arg()
+        return [[now, check_key(k)] for k in keys]
+
     def add_after_args(self, key: object, delay: object) -> list[str]:
         d = check_delay(delay)
         return [self.now_arg(), check_key(key), "inf" if d == math.inf else repr(d)]
@@ -257,6 +308,15 @@ class HandleState:
                     if retry:
                         m.retry()
         return outcome
+
+    def on_adds(self, replies: list[Any]) -> list[AddResult]:
+        """A pipelined add_many batch's outcomes, in order. An error reply (the batch is not atomic: the adds before
+        and after it were applied) raises :class:`RedisQueueError` after the applied ones are counted."""
+        results = [self.on_add(r) for r in replies if not isinstance(r, Exception)]
+        for r in replies:
+            if isinstance(r, Exception):
+                raise translate(self.url, "add_many", r) from r
+        return results
 
     def on_len(self, reply: Any) -> tuple[int, int]:
         """The len script's reply: (fifo length, dirty keys); counts the keys it made dirty as this handle's adds."""

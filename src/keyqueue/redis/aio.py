@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,6 +26,7 @@ from keyqueue._core import AddResult, QueueStats, check_timeout
 from keyqueue.errors import ShutDown
 from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
+    ADD_MANY_BATCH,
     _text,
     log,
     script_source,
@@ -77,12 +78,32 @@ class Queue(_HandleBase):
         # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
         try:
             try:
-                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+                return await self._evalsha(self._sha[op], *self._keyargs, *args)
             except NoScriptError:
                 await self._client.script_load(script_source(op))
-                return await self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+                return await self._evalsha(self._sha[op], *self._keyargs, *args)
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
+
+    async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
+        sha, keyargs = self._sha[op], self._keyargs
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for args in arg_lists:
+                    pipe.evalsha(sha, *keyargs, *args)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if again:
+                await self._client.script_load(script_source(op))
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for i in again:
+                        pipe.evalsha(sha, *keyargs, *arg_lists[i])
+                    for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
+                        replies[i] = r
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
+        return replies
 
     @property
     def _getters(self) -> int:
@@ -138,6 +159,17 @@ class Queue(_HandleBase):
         if state.shutting_down:
             return state.dropped()
         return state.on_add(await self._call("add", args))
+
+    async def add_many(self, keys: Iterable[str]) -> list[AddResult]:
+        """As :meth:`keyqueue.redis.Queue.add_many` (pipelined, up to 1,000 adds per round trip)."""
+        state = self._state
+        arg_lists = state.add_many_args(keys)
+        if state.shutting_down:
+            return [state.dropped() for _ in arg_lists]
+        results: list[AddResult] = []
+        for start in range(0, len(arg_lists), ADD_MANY_BATCH):
+            results += state.on_adds(await self._call_many("add", arg_lists[start:start + ADD_MANY_BATCH]))
+        return results
 
     # -- handing out ------------------------------------------------------------------------------------------
 

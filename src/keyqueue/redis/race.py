@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -133,16 +134,19 @@ def run_redis_race(
     keys: int = 64,
     hold: float = 100e-6,
     control: bool = False,
+    batch: int = 200,
     timeout: float = 600.0,
 ) -> RedisRaceResult:
-    """Run the race against the Redis at ``url`` (see the module docstring) and return the counts. The queue's (or
+    """Run the race against the Redis at ``url`` (see the module docstring) and return the counts. Each producer
+    sends its adds in pipelined batches of ``batch`` (:meth:`keyqueue.redis.Queue.add_many`). The queue's (or
     control list's) state is deleted afterwards. Raises ``TimeoutError`` if the workers do not finish the work
     within ``timeout`` seconds after the producers stopped."""
     import redis
 
     from keyqueue.redis import Queue
 
-    for what, value in (("processes", processes), ("workers", workers), ("producers", producers), ("keys", keys)):
+    for what, value in (("processes", processes), ("workers", workers), ("producers", producers), ("keys", keys),
+                        ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{what} must be an int >= 1, got {value!r}")
     name = f"race-{uuid.uuid4().hex[:8]}"
@@ -164,16 +168,20 @@ def run_redis_race(
         started = time.monotonic()
 
         def produce(pid: int, n: int) -> None:
+            # Adds go in pipelined batches (add_many; RPUSH of many values for the control). Each key's add time is
+            # taken before its batch is sent: a worker's start must come after it.
             local: dict[str, float] = {}
             q = Queue(name, url=url) if not control else None
-            pipe_client = plain
-            for i in range(n):
-                key = f"k{(pid * 7919 + i * 31) % keys}"
-                local[key] = time.monotonic()
+            rng = random.Random(pid)  # keys in a random order: neighbours in a batch collide as often as by chance
+            for first in range(0, n, batch):
+                batch_keys = [f"k{rng.randrange(keys)}" for _ in range(min(batch, n - first))]
+                sent = time.monotonic()
+                for key in batch_keys:
+                    local[key] = sent
                 if q is not None:
-                    q.add(key)
+                    q.add_many(batch_keys)
                 else:
-                    pipe_client.rpush(list_key, key)
+                    plain.rpush(list_key, *batch_keys)
             if q is not None:
                 q.close()
             with add_lock:

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self
@@ -26,6 +26,7 @@ from keyqueue.errors import ShutDown
 from keyqueue.ratelimit import RateLimiter, default_controller_rate_limiter
 from keyqueue.redis._metrics import detach, recorder_for_redis
 from keyqueue.redis._protocol import (
+    ADD_MANY_BATCH,
     DEFAULT_SOCKET_TIMEOUT,
     OPERATIONS,
     HandleState,
@@ -112,6 +113,7 @@ class _HandleBase:
         self.lease_seconds = state.lease
         self._evalsha = client.evalsha
         self._sha = {op: script_sha(op) for op in OPERATIONS}
+        self._keyargs = (1, state.prefix)  # EVALSHA's numkeys and KEYS: the queue's prefix (see lib.lua)
         self._socket_timeout = socket_timeout_of(client)
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
@@ -194,16 +196,38 @@ class Queue(_HandleBase):
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        # EVALSHA with one KEYS entry (the queue's prefix, see lib.lua); the script is loaded when Redis does not
+        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua); the script is loaded when Redis does not
         # know it (first use, or after a restart or SCRIPT FLUSH) and the call sent once more.
         try:
             try:
-                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+                return self._evalsha(self._sha[op], *self._keyargs, *args)
             except NoScriptError:
                 self._client.script_load(script_source(op))
-                return self._evalsha(self._sha[op], 1, self._state.prefix, *args)
+                return self._evalsha(self._sha[op], *self._keyargs, *args)
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
+
+    def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
+        # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
+        # sent once more after loading it.
+        sha, keyargs = self._sha[op], self._keyargs
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for args in arg_lists:
+                pipe.evalsha(sha, *keyargs, *args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if again:
+                self._client.script_load(script_source(op))
+                pipe = self._client.pipeline(transaction=False)
+                for i in again:
+                    pipe.evalsha(sha, *keyargs, *arg_lists[i])
+                for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                    replies[i] = r
+        except RedisError as exc:
+            raise translate(self.url, op, exc) from exc
+        return replies
 
     @property
     def _getters(self) -> int:
@@ -255,6 +279,23 @@ class Queue(_HandleBase):
         if state.shutting_down:
             return state.dropped()
         return state.on_add(self._call("add", args))
+
+    def add_many(self, keys: Iterable[str]) -> list[AddResult]:
+        """:meth:`add` of each key, in order, pipelined: up to 1,000 adds per round trip instead of one each (a
+        producer's burst, an informer's initial list). Each add is its own atomic script with :meth:`add`'s result;
+        the batch is not one transaction: other handles' calls may run between two of its adds. Every key is
+        checked first (``TypeError`` for a non-``str`` key, or for a single ``str`` passed as ``keys``; nothing is
+        sent). After this handle's shutdown every result is ``DROPPED``. ``RedisUnavailable`` /
+        ``RedisQueueError`` can leave a prefix of the batch applied (each add whole or not at all); sending the
+        batch again is safe, since adding a key that is already dirty changes nothing (``DEDUP``)."""
+        state = self._state
+        arg_lists = state.add_many_args(keys)
+        if state.shutting_down:
+            return [state.dropped() for _ in arg_lists]
+        results: list[AddResult] = []
+        for start in range(0, len(arg_lists), ADD_MANY_BATCH):
+            results += state.on_adds(self._call_many("add", arg_lists[start:start + ADD_MANY_BATCH]))
+        return results
 
     # -- handing out ------------------------------------------------------------------------------------------
 

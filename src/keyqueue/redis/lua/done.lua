@@ -10,7 +10,7 @@ if redis.call('HGET', LEASE, key) ~= ARGV[2] then
 end
 redis.call('HDEL', LEASE, key)
 redis.call('ZREM', PROC, key)
-if redis.call('ZSCORE', DIRTY, key) then
+if redis.call('HEXISTS', DIRTY, key) == 1 then
   redis.call('RPUSH', FIFO, key)
   notify()
   redis.call('HINCRBY', COUNTERS, 'redelivered', 1)

@@ -24,16 +24,16 @@ if not key then
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
 else
   local since = false
-  if ARGV[4] == '1' then since = redis.call('ZSCORE', DIRTY, key) end
-  redis.call('ZREM', DIRTY, key)
+  if ARGV[4] == '1' then since = redis.call('HGET', DIRTY, key) end
+  redis.call('HDEL', DIRTY, key)
   local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
-  redis.call('ZADD', PROC, int(now + tonumber(ARGV[2])), key)
+  redis.call('ZADD', PROC, now + tonumber(ARGV[2]), key)
   redis.call('HSET', LEASE, key, lease)
   local waited = '-'
   if since then waited = int(math.max(0, now - tonumber(since))) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
-if #expired > 0 then
+if expired then
   return {reply, expired}
 end
 return reply

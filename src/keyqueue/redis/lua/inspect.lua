@@ -3,6 +3,6 @@
 -- Returns {dirty, fifo, processing, delayed, expired, redelivered}.
 local counters = redis.call('HMGET', COUNTERS, 'expired', 'redelivered')
 return {
-  redis.call('ZCARD', DIRTY), redis.call('LLEN', FIFO), redis.call('ZCARD', PROC), redis.call('ZCARD', DELAY),
+  redis.call('HLEN', DIRTY), redis.call('LLEN', FIFO), redis.call('ZCARD', PROC), redis.call('ZCARD', DELAY),
   tonumber(counters[1] or '0'), tonumber(counters[2] or '0'),
 }

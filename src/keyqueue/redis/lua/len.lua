@@ -5,4 +5,4 @@
 local now = now_us()
 local _, reclaimed = expire(now)
 local _, promoted = promote(now)
-return {redis.call('LLEN', FIFO), redis.call('ZCARD', DIRTY), reclaimed + promoted}
+return {redis.call('LLEN', FIFO), redis.call('HLEN', DIRTY), reclaimed + promoted}

@@ -3,7 +3,7 @@
 -- extended, so a holder that was cut off cannot take a key back.
 -- ARGV: 1 now, 2 lease length in microseconds, then key/lease pairs.  Returns the keys whose lease is lost.
 local now = now_us()
-local deadline = int(now + tonumber(ARGV[2]))
+local deadline = now + tonumber(ARGV[2])
 local lost = {}
 for i = 3, #ARGV, 2 do
   local key = ARGV[i]
