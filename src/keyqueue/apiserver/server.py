@@ -176,12 +176,8 @@ class _WatchStream:
         self.request = request
         self.wake = asyncio.Event()
         self.ended = False
-        self._loop_thread = threading.get_ident()  # created on the loop
 
-    def notify(self) -> None:  # any thread (on the loop itself for a watch read on the loop)
-        if threading.get_ident() == self._loop_thread:
-            self._on_loop()  # no self-pipe write and wake-up for a call that is already on the loop
-            return
+    def notify(self) -> None:  # any thread
         with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is over anyway
             self.loop.call_soon_threadsafe(self._on_loop)
 
