@@ -2,102 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from keyqueue.apiserver import EtcdBackend, EtcdProcess, MemoryBackend
-from keyqueue.apiserver.storage import (
-    Backend,
-    BackendUnavailableError,
-    BackendWatch,
-    CompactedError,
-    FutureRevisionError,
-    WatchBatch,
-    WatchEvent,
-)
+from keyqueue.apiserver.storage import Backend, CompactedError, FutureRevisionError, WatchBatch, WatchEvent
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """An event loop running in its own thread (as the API server's)."""
-    lp = asyncio.new_event_loop()
-    thread = threading.Thread(target=lp.run_forever, name="test-loop", daemon=True)
-    thread.start()
-    yield lp
-    lp.call_soon_threadsafe(lp.stop)
-    thread.join(5)
-    lp.close()
-
-
-class LoopWatchingBackend(EtcdBackend):
-    """An :class:`EtcdBackend` whose every watch is opened inside ``loop_watches(loop)`` (as the API server opens
-    its watch streams' watches): read by a grpc.aio task on that loop."""
-
-    def __init__(self, endpoint: str, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(endpoint)
-        self.loop = loop
-
-    def watch(self, prefix: str, start_revision: int, max_pending: int = 1000) -> BackendWatch:
-        with self.loop_watches(self.loop):
-            return super().watch(prefix, start_revision, max_pending)
-
-
-@pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.etcd),
-                        pytest.param("etcd-loop", marks=pytest.mark.etcd)])
+@pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.etcd)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
         b: Backend = MemoryBackend()
-    elif request.param == "etcd":
+    else:
         etcd: EtcdProcess = request.getfixturevalue("etcd_proc")
         b = EtcdBackend(etcd.endpoint)
-    else:
-        etcd = request.getfixturevalue("etcd_proc")
-        lp: asyncio.AbstractEventLoop = request.getfixturevalue("loop")
-        b = LoopWatchingBackend(etcd.endpoint, lp)
     yield b
     b.close()
-    if isinstance(b, LoopWatchingBackend):
-        asyncio.run_coroutine_threadsafe(b.close_loop(b.loop), b.loop).result(5)
-
-
-def _etcd_watch_threads() -> int:
-    return sum(t.name.startswith("etcd-watch") for t in threading.enumerate())
-
-
-@pytest.mark.etcd
-def test_a_watch_opened_for_a_loop_is_read_on_it_without_a_thread(etcd_proc: EtcdProcess, prefix: str,
-                                                                   loop: asyncio.AbstractEventLoop) -> None:
-    """Inside ``loop_watches(loop)`` no reader thread is started and the listener is called on the loop; the
-    control, the same watch opened outside it, has its reader thread.  ``close_loop`` ends the loop's watches
-    with BackendUnavailableError."""
-    b = LoopWatchingBackend(etcd_proc.endpoint, loop)
-    plain = EtcdBackend(etcd_proc.endpoint)
-    try:
-        before = _etcd_watch_threads()
-        control = plain.watch(prefix, 0)
-        assert _etcd_watch_threads() == before + 1  # the control: the blocking channel's watch has its thread
-        listener_threads: list[str] = []
-        w = b.watch(prefix, 0)
-        w.set_listener(lambda: listener_threads.append(threading.current_thread().name))
-        assert _etcd_watch_threads() == before + 1
-        b.create(prefix + "a", b"1")
-        assert [e.kv.key for e in _events(w, 1)] == [prefix + "a"]
-        assert [e.kv.key for e in _events(control, 1)] == [prefix + "a"]
-        assert listener_threads and set(listener_threads) == {"test-loop"}
-        control.close()
-        asyncio.run_coroutine_threadsafe(b.close_loop(loop), loop).result(5)
-        with pytest.raises(BackendUnavailableError):
-            w.next(5)
-        w.close()
-    finally:
-        plain.close()
-        b.close()
 
 
 @pytest.fixture
@@ -105,7 +28,7 @@ def prefix() -> str:
     return f"/test-{uuid.uuid4().hex[:8]}/"
 
 
-def _events(w: Any, count: int) -> list[WatchEvent]:
+def _events(w: object, count: int) -> list[WatchEvent]:
     out: list[WatchEvent] = []
     while len(out) < count:
         batch = w.next(5.0)  # type: ignore[attr-defined]

@@ -287,8 +287,7 @@ class APIServer:
                                                              thread_name_prefix="apiserver-storage")
             http = BackgroundHTTPServer(self._handle, self.host, self.port, limits=self.limits,
                                         ssl_context=self.ssl_context, error_body=_status_body,
-                                        name="apiserver", before_stop=self._end_streams,
-                                        after_stop=self._release_loop)
+                                        name="apiserver", before_stop=self._end_streams)
             try:
                 http.start()
             except BaseException:
@@ -315,16 +314,6 @@ class APIServer:
         deadline = time.monotonic() + 2.0
         while self._streams and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-
-    async def _release_loop(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.registry.backend.close_loop(asyncio.get_running_loop())
-
-    def _open_watch(self, loop: asyncio.AbstractEventLoop, *args: Any) -> ObjectWatch:
-        """:meth:`Registry.watch` with the backend's watch read on ``loop`` (the stream's own loop: etcd's events
-        reach the stream without a thread in between)."""
-        with self.registry.backend.loop_watches(loop):
-            return self.registry.watch(*args)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a storage call: on the loop for a non-blocking backend, else in the bounded thread pool."""
@@ -603,7 +592,7 @@ class APIServer:
         if self.stopping:
             raise errors.APIError(503, "ServiceUnavailable", "the server is shutting down")
         watch = await self._call(
-            self._open_watch, asyncio.get_running_loop(), rt, namespace, matcher, resource_version, allow_bookmarks,
+            self.registry.watch, rt, namespace, matcher, resource_version, allow_bookmarks,
             send_initial.lower() == "true" if send_initial else None, self.watch_buffer,
         )
         stream = _WatchStream(asyncio.get_running_loop(), watch, req.http)

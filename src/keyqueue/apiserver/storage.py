@@ -19,10 +19,7 @@ top.
 from __future__ import annotations
 
 import abc
-import asyncio
 import bisect
-import concurrent.futures
-import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -241,17 +238,6 @@ class Backend(abc.ABC):
     def check(self, timeout: float) -> None:
         """Raise :class:`BackendUnavailableError` unless the backend answers within ``timeout`` seconds."""
         self.revision()
-
-    def loop_watches(self, loop: asyncio.AbstractEventLoop) -> contextlib.AbstractContextManager[None]:
-        """Within this context (in the calling thread only), :meth:`watch` opens watches whose consumer lives on
-        ``loop``: a backend may then read them with a task on ``loop`` instead of a thread (:class:`EtcdBackend`
-        does).  Such a watch ends (:class:`BackendUnavailableError`) when :meth:`close_loop` is called for that
-        loop.  The default does nothing special."""
-        return contextlib.nullcontext()
-
-    async def close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Release what :meth:`loop_watches` set up for ``loop`` (call it on ``loop``, before the loop stops)."""
-        return
 
     @abc.abstractmethod
     def revision(self) -> int:
@@ -495,55 +481,81 @@ def _kv_from_pb(pb: Any) -> KeyValue:
     )
 
 
-class _EtcdWatchBase(BackendWatch):
-    """What both etcd watches share: the create request, the conversion of etcd's responses into batches, the
-    bounded queue of undelivered events and :meth:`next`.  A subclass reads the gRPC stream and feeds
-    :meth:`_handle`."""
+class _EtcdWatch(BackendWatch):
+    """One gRPC Watch stream, read by a daemon thread into a queue."""
 
-    def __init__(self, prefix: str, start_revision: int, max_pending: int) -> None:
+    def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int, max_pending: int) -> None:
         from etcd3 import etcdrpc
 
         self._max_pending = max_pending
         self._pending = 0  # events queued, not yet taken by next(); under _count_lock
         self._count_lock = threading.Lock()
+        self._rpc = etcdrpc
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._close_lock = threading.Lock()
         self._start_revision = start_revision
-        self._prefix = prefix
-        self._create = etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
+        create = etcdrpc.WatchCreateRequest(
             key=prefix.encode(),
             range_end=prefix_end(prefix.encode()),
             start_revision=start_revision,
             prev_kv=True,
             progress_notify=True,
-        ))
+        )
+        self._requests.put(etcdrpc.WatchRequest(create_request=create))
+        self._call = backend._watch_stub.Watch(self._request_iter())
+        self._thread = threading.Thread(target=self._read, name=f"etcd-watch {prefix}", daemon=True)
+        self._thread.start()
 
-    def _handle(self, resp: Any) -> bool:
-        """Queue what one WatchResponse carries; False when the watch is over (an error was queued)."""
-        if resp.compact_revision:
-            self._put(CompactedError(self._start_revision, int(resp.compact_revision)))
-            return False
-        if resp.canceled:
-            self._put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
-            return False
-        if resp.created and not resp.events:
-            return True
-        if not resp.events:
-            return self._offer(WatchBatch((), progress=int(resp.header.revision)), 1)
-        events = []
-        for ev in resp.events:
-            prev = _kv_from_pb(ev.prev_kv) if ev.HasField("prev_kv") else None
-            kv = _kv_from_pb(ev.kv)
-            events.append(WatchEvent("DELETE" if ev.type == _ETCD_EVENT_DELETE else "PUT", kv, prev))
-        return self._offer(WatchBatch(tuple(events)), len(events))
+    def _request_iter(self) -> Iterator[Any]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def _read(self) -> None:
+        import grpc
+
+        try:
+            for resp in self._call:
+                if resp.compact_revision:
+                    self._put(CompactedError(self._start_revision, int(resp.compact_revision)))
+                    return
+                if resp.canceled:
+                    self._put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
+                    return
+                if resp.created and not resp.events:
+                    continue
+                if not resp.events:
+                    if not self._offer(WatchBatch((), progress=int(resp.header.revision)), 1):
+                        return
+                    continue
+                events = []
+                for ev in resp.events:
+                    prev = _kv_from_pb(ev.prev_kv) if ev.HasField("prev_kv") else None
+                    kv = _kv_from_pb(ev.kv)
+                    if ev.type == _ETCD_EVENT_DELETE:
+                        events.append(WatchEvent("DELETE", kv, prev))
+                    else:
+                        events.append(WatchEvent("PUT", kv, prev))
+                if not self._offer(WatchBatch(tuple(events)), len(events)):
+                    return
+        except grpc.RpcError as exc:
+            if not self._closed.is_set():
+                self._put(BackendUnavailableError(f"etcd watch failed: {exc}"))
+        except Exception as exc:  # pragma: no cover - defensive: never die silently
+            self._put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
+        finally:
+            self._put(EOFError("watch closed"))
 
     def _put(self, item: WatchBatch | BaseException) -> None:
         self._out.put(item)
         self._notify()
 
     def _offer(self, batch: WatchBatch, count: int) -> bool:
-        """Queue a batch of ``count`` events; on overflow queue the error, end the stream and return False."""
+        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False."""
         with self._count_lock:
             overflow = self._pending + count > self._max_pending and self._pending > 0
             if not overflow:
@@ -552,14 +564,11 @@ class _EtcdWatchBase(BackendWatch):
             self._overflowed = True
             self._put(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
             self._closed.set()
-            self._end_stream()
+            self._requests.put(None)
+            self._call.cancel()
             return False
         self._put(batch)
         return True
-
-    @abc.abstractmethod
-    def _end_stream(self) -> None:
-        """Cancel the gRPC stream (from the thread that reads it)."""
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         try:
@@ -582,153 +591,14 @@ class _EtcdWatchBase(BackendWatch):
         # their period is etcd's --experimental-watch-progress-notify-interval.
         return
 
-
-class _EtcdWatch(_EtcdWatchBase):
-    """One gRPC Watch stream on the backend's blocking channel, read by a daemon thread into a queue."""
-
-    def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int, max_pending: int) -> None:
-        super().__init__(prefix, start_revision, max_pending)
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._requests.put(self._create)
-        self._call = backend._watch_stub.Watch(self._request_iter())
-        self._thread = threading.Thread(target=self._read, name=f"etcd-watch {prefix}", daemon=True)
-        self._thread.start()
-
-    def _request_iter(self) -> Iterator[Any]:
-        while True:
-            item = self._requests.get()
-            if item is None:
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed.is_set():
                 return
-            yield item
-
-    def _read(self) -> None:
-        import grpc
-
-        try:
-            for resp in self._call:
-                if not self._handle(resp):
-                    return
-        except grpc.RpcError as exc:
-            if not self._closed.is_set():
-                self._put(BackendUnavailableError(f"etcd watch failed: {exc}"))
-        except Exception as exc:  # pragma: no cover - defensive: never die silently
-            self._put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
-        finally:
-            self._put(EOFError("watch closed"))
-
-    def _end_stream(self) -> None:
+            self._closed.set()
         self._requests.put(None)
         self._call.cancel()
-
-    def close(self) -> None:
-        with self._close_lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-        self._end_stream()
         self._thread.join(timeout=5)
-
-
-class _EtcdLoopWatch(_EtcdWatchBase):
-    """One gRPC Watch stream read by a task on an event loop (``grpc.aio``, the same stubs), for a consumer that
-    lives on that loop: etcd's responses reach the queue, and the listener is called, without a thread of their
-    own.  :meth:`close` works from any thread; from another thread it waits (up to 5 s) for the task to end."""
-
-    def __init__(self, channel: _LoopChannel, prefix: str, start_revision: int, max_pending: int) -> None:
-        super().__init__(prefix, start_revision, max_pending)
-        self._channel = channel
-        self._call: Any = None
-        self._started = threading.Event()  # etcd confirmed the watch (or it failed): "now" is fixed
-        self._task: concurrent.futures.Future[None] | None = asyncio.run_coroutine_threadsafe(
-            self._read(), channel.loop)
-        try:
-            on_loop = asyncio.get_running_loop() is channel.loop
-        except RuntimeError:
-            on_loop = False
-        if not on_loop:  # etcd fixed the start: a change made after watch() returned is never missed
-            self._started.wait(_RPC_TIMEOUT)
-
-    async def _read(self) -> None:
-        import grpc
-
-        try:
-            if self._closed.is_set():
-                return
-            self._call = self._channel.watch_stub().Watch()
-            await self._call.write(self._create)
-            while True:
-                resp = await self._call.read()
-                self._started.set()
-                if resp is grpc.aio.EOF:
-                    if not self._closed.is_set():
-                        self._put(BackendUnavailableError("etcd ended the watch stream"))
-                    return
-                if not self._handle(resp):
-                    return
-        except asyncio.CancelledError:
-            if not self._closed.is_set():
-                self._put(BackendUnavailableError("etcd watch canceled"))
-        except grpc.RpcError as exc:
-            if not self._closed.is_set():
-                self._put(BackendUnavailableError(f"etcd watch failed: {exc}"))
-        except Exception as exc:  # pragma: no cover - defensive: never die silently
-            self._put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
-        finally:
-            self._started.set()
-            self._put(EOFError("watch closed"))
-
-    def _end_stream(self) -> None:  # on the loop (called from _handle)
-        if self._call is not None:
-            self._call.cancel()
-
-    async def _cancel(self) -> None:
-        self._end_stream()
-
-    def close(self) -> None:
-        with self._close_lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-        loop, task = self._channel.loop, self._task
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            self._end_stream()
-            return
-        if not loop.is_running():  # nothing reads the stream any more (the loop's channel went with it)
-            return
-        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-            asyncio.run_coroutine_threadsafe(self._cancel(), loop).result(5)
-            if task is not None:
-                task.result(5)
-
-
-class _LoopChannel:
-    """A ``grpc.aio`` channel to etcd for one event loop, created on that loop when it is first used."""
-
-    def __init__(self, endpoint: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.endpoint = endpoint
-        self.loop = loop
-        self._channel: Any = None
-        self._stub: Any = None
-
-    def watch_stub(self) -> Any:
-        """The Watch stub (on the loop only)."""
-        if self._stub is None:
-            import grpc
-            from etcd3 import etcdrpc
-
-            self._channel = grpc.aio.insecure_channel(self.endpoint)
-            self._stub = etcdrpc.WatchStub(self._channel)
-        return self._stub
-
-    async def close(self) -> None:
-        """Close the channel (on the loop); its open streams end."""
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None:
-            await channel.close()
 
 
 class EtcdBackend(Backend):
@@ -749,31 +619,8 @@ class EtcdBackend(Backend):
         self._kv = etcdrpc.KVStub(self._channel)
         self._watch_stub = etcdrpc.WatchStub(self._channel)
         self._lock = threading.Lock()
-        self._watches: set[_EtcdWatchBase] = set()
+        self._watches: set[_EtcdWatch] = set()
         self._closed = False
-        self._local = threading.local()  # .loop: the loop of loop_watches() in this thread
-        self._loop_channels: dict[asyncio.AbstractEventLoop, _LoopChannel] = {}  # under _lock
-
-    @contextlib.contextmanager
-    def loop_watches(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-        """Watches opened in this context are read by a ``grpc.aio`` task on ``loop`` (:meth:`Backend.loop_watches`)."""
-        saved = getattr(self._local, "loop", None)
-        self._local.loop = loop
-        try:
-            yield
-        finally:
-            self._local.loop = saved
-
-    async def close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._lock:
-            channel = self._loop_channels.pop(loop, None)
-            watches = [w for w in self._watches if isinstance(w, _EtcdLoopWatch) and w._channel is channel]
-        if channel is None:
-            return
-        for w in watches:
-            w._put(BackendUnavailableError("the event loop serving this watch stopped"))
-            w.close()
-        await channel.close()
 
     def _call(self, method: Any, request: Any) -> Any:
         """Run one unary RPC; gRPC failures become :class:`StorageError` subclasses."""
@@ -853,19 +700,11 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._closed:
                 raise BackendUnavailableError("etcd backend closed")
-            loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
-            w: _EtcdWatchBase
-            if loop is not None and loop.is_running():
-                channel = self._loop_channels.get(loop)
-                if channel is None:
-                    channel = self._loop_channels[loop] = _LoopChannel(self.endpoint, loop)
-                w = _EtcdLoopWatch(channel, prefix, start_revision, max_pending)
-            else:
-                w = _EtcdWatch(self, prefix, start_revision, max_pending)
+            w = _EtcdWatch(self, prefix, start_revision, max_pending)
             self._watches.add(w)
         return _TrackedEtcdWatch(self, w)
 
-    def _forget(self, w: _EtcdWatchBase) -> None:
+    def _forget(self, w: _EtcdWatch) -> None:
         with self._lock:
             self._watches.discard(w)
 
@@ -896,9 +735,9 @@ class EtcdBackend(Backend):
 
 
 class _TrackedEtcdWatch(BackendWatch):
-    """Forwards to an etcd watch and unregisters it from the backend on close."""
+    """Forwards to an :class:`_EtcdWatch` and unregisters it from the backend on close."""
 
-    def __init__(self, backend: EtcdBackend, inner: _EtcdWatchBase) -> None:
+    def __init__(self, backend: EtcdBackend, inner: _EtcdWatch) -> None:
         self._backend = backend
         self._inner = inner
 
