@@ -166,7 +166,8 @@ class BackgroundHTTPServer:
 
     :meth:`start` blocks until the socket listens (``OSError`` if the port is taken); :meth:`stop` calls
     ``before_stop`` on the loop (to end long-lived responses such as watch streams), closes the listener and every
-    connection, waits up to ``timeout`` s for handlers and joins the thread. A stopped server can be started again.
+    connection, waits up to ``timeout`` s for handlers, calls ``after_stop`` on the loop (to release what the
+    handlers used, e.g. a client session) and joins the thread. A stopped server can be started again.
     ``error_body(code, message) -> (body, content_type)`` renders the errors aiohttp answers itself.
     """
 
@@ -181,6 +182,7 @@ class BackgroundHTTPServer:
         error_body: ErrorBody = _default_error_body,
         name: str = "http",
         before_stop: Callable[[], Awaitable[None]] | None = None,
+        after_stop: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -190,6 +192,7 @@ class BackgroundHTTPServer:
         self.error_body = error_body
         self.name = name
         self.before_stop = before_stop
+        self.after_stop = after_stop
         self.open_connections = 0  # touched on the loop thread only
         self.transports: set[asyncio.BaseTransport] = set()  # the open connections (loop thread only)
         self.refused_connections = 0
@@ -285,6 +288,9 @@ class BackgroundHTTPServer:
             if runner is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(runner.cleanup(), timeout)
+            if self.after_stop is not None:
+                with contextlib.suppress(Exception):
+                    await self.after_stop()
 
         fut = asyncio.run_coroutine_threadsafe(shutdown(), loop)
         with contextlib.suppress(Exception):

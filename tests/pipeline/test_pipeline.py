@@ -451,3 +451,31 @@ def test_trigger_server_refuses_bodies_above_its_limit(pipelines: Callable[..., 
     assert data.startswith(b"HTTP/1.1 413"), data[:200]
     assert http_request(p.url, "GET", "/healthz")[0] == 200
     assert p.verify().triggers == 0
+
+
+def test_trigger_writes_over_tls_with_the_kubeconfigs_token(tmp_path: Path) -> None:
+    """The trigger's own HTTP client (not the official client) takes the server address, CA and bearer token from
+    the kubeconfig: against a TLS server that requires a token, triggers succeed; with a wrong token in the same
+    kubeconfig (the control), the same trigger is answered 401 and reported as 502."""
+    from keyqueue.apiserver import TestAPIServer
+
+    with TestAPIServer("memory", tls=True, token=True) as server:
+        good = server.write_kubeconfig(tmp_path / "good")
+        p = make(kubeconfig=str(good)).start()
+        try:
+            assert p.api_url.startswith("https://")
+            first, second = p.trigger("tls-obj"), p.trigger("tls-obj")
+            assert (first["action"], second["action"]) == ("created", "updated")
+            assert int(second["resourceVersion"]) > int(first["resourceVersion"])
+            assert p.wait_reconciled(WAIT)
+            status, body = http_request(p.url, "POST", "/trigger/tls-http")
+            assert status == 200 and json.loads(body)["action"] == "created"
+            assert p._writer is not None
+            conf = p._writer._conf  # the control: a wrong token (and no refresh hook, which would restore it)
+            conf.refresh_api_key_hook = None
+            conf.api_key = {"BearerToken": "Bearer not-the-token"}
+            with pytest.raises(TriggerError) as info:
+                p.trigger("tls-obj")
+            assert info.value.status == 502 and "401" in str(info.value)
+        finally:
+            p.stop()

@@ -1,7 +1,9 @@
 """``keyqueue-lab pipeline``: HTTP trigger → API server → etcd → watch → informer → queue → worker, timed.
 
-``POST /trigger/{name}`` updates (or creates) ConfigMap ``default/{name}`` through the official ``kubernetes``
-client. The API server (the project's Kubernetes-API-compatible test server on etcd or in memory, started here
+``POST /trigger/{name}`` updates (or creates) ConfigMap ``default/{name}``: one JSON merge patch (a create if it is
+missing) sent with aiohttp's client on the trigger server's own event loop over keep-alive connections, with the
+address, TLS settings and token of the official ``kubernetes`` client's configuration (the informer keeps the
+official client). The API server (the project's Kubernetes-API-compatible test server on etcd or in memory, started here
 in a child process like a real cluster's, or in threads of this process with ``--apiserver thread``; or a real
 cluster via ``--kubeconfig``) sends the change down the informer's watch (:mod:`keyqueue.informer`); the
 informer's handler adds ``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; a
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import math
@@ -202,27 +203,77 @@ def _json_response(code: int, obj: Any) -> Any:
                         content_type="application/json")
 
 
+class _ApiWriter:
+    """The trigger's write to the API server: plain HTTP with aiohttp's client (a keep-alive connection pool), on
+    the trigger server's loop, with the address, CA, client certificate and credentials of a
+    ``kubernetes.client.Configuration`` (its ``auth_settings()``, read for every request, so a kubeconfig's refresh
+    hook still works). The answer body is returned as bytes; nothing is decoded into the official client's models.
+    Create its session lazily on the loop that uses it; :meth:`close` on that loop."""
+
+    def __init__(self, conf: Any) -> None:
+        import ssl
+
+        self._conf = conf
+        self.base = str(conf.host).rstrip("/")
+        self._ssl: ssl.SSLContext | bool | None = None
+        if self.base.startswith("https:"):
+            if conf.verify_ssl:
+                ctx = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
+                if not conf.assert_hostname and conf.assert_hostname is not None:
+                    ctx.check_hostname = False
+            else:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if conf.cert_file:
+                ctx.load_cert_chain(conf.cert_file, conf.key_file or None)
+            self._ssl = ctx
+        self._session: Any = None
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        for setting in self._conf.auth_settings().values():  # the official client's own source of credentials
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    async def send(self, method: str, path: str, body: dict[str, Any], content_type: str) -> tuple[int, str, bytes]:
+        """One request; returns (status, reason, body). Raises ``aiohttp.ClientError`` / ``OSError`` on failure."""
+        import aiohttp
+
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=64, ssl=self._ssl if self._ssl is not None else True)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
+        data = json.dumps(body, separators=(",", ":")).encode()
+        async with self._session.request(method, self.base + path, data=data,
+                                         headers=self._headers(content_type)) as resp:
+            return resp.status, str(resp.reason or ""), await resp.read()
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
 class _TriggerServer:
     """The trigger server: aiohttp on an event loop thread (:class:`keyqueue._httpserver.BackgroundHTTPServer`,
-    with its connection, header, idle and body limits); each trigger runs in a bounded thread pool, because the
-    official client it calls blocks. :meth:`refuse` makes new triggers answer 503 (the first step of a stop)."""
+    with its connection, header, idle and body limits); each trigger is a coroutine on that loop
+    (:meth:`Pipeline.trigger_async`: its API write is awaited there, no thread is involved). :meth:`refuse` makes
+    new triggers answer 503 (the first step of a stop); :meth:`stop` lets triggers in flight finish (up to
+    ``timeout``), then closes the writer's connections."""
 
-    def __init__(self, pipeline: Pipeline, port: int, threads: int = 32) -> None:
+    def __init__(self, pipeline: Pipeline, port: int, writer: _ApiWriter) -> None:
         from keyqueue._httpserver import BackgroundHTTPServer, HTTPLimits
 
         self.pipeline = pipeline
+        self.writer = writer
         self.limits = HTTPLimits(max_body=64 * 1024)
         self.accepting = True
-        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="trigger")
         self.http = BackgroundHTTPServer(self._handle, "127.0.0.1", port, limits=self.limits, error_body=_error_json,
-                                         name="trigger-server")
+                                         name="trigger-server", after_stop=writer.close)
 
     def start(self) -> None:
-        try:
-            self.http.start()
-        except BaseException:
-            self._executor.shutdown(wait=False)
-            raise
+        self.http.start()
 
     @property
     def port(self) -> int:
@@ -235,7 +286,14 @@ class _TriggerServer:
     def stop(self, timeout: float = 5.0) -> None:
         self.accepting = False
         self.http.stop(timeout)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def run(self, coro: Any) -> Any:
+        """Run ``coro`` on the server's loop and wait for its result (from any other thread)."""
+        loop = self.http.loop
+        if loop is None:
+            coro.close()
+            raise TriggerError(503, "the pipeline is stopping: no new triggers")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     async def _handle(self, request: Any) -> Any:
         from aiohttp import web
@@ -255,13 +313,10 @@ class _TriggerServer:
                 return _json_response(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
             if not self.accepting:
                 return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
-            loop = asyncio.get_running_loop()
             try:
-                result = await loop.run_in_executor(self._executor, pipeline.trigger, path[len("/trigger/"):])
+                result = await pipeline.trigger_async(path[len("/trigger/"):])
             except TriggerError as exc:
                 return _json_response(exc.status, {"error": str(exc)})
-            except RuntimeError:  # the pool was shut down: we are stopping
-                return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
             return _json_response(200, result)
         if request.method != "GET":
             return _json_response(405, {"error": f"method {request.method} not allowed"})
@@ -363,7 +418,7 @@ class Pipeline:
         self._child_kubeconfig = ""
         self._child_reader: threading.Thread | None = None
         self._clients: list[Any] = []
-        self._api: Any = None
+        self._writer: _ApiWriter | None = None
         self.informer: Informer | None = None
         self.queue: _TimedQueue | None = None
         self.controller: Controller[str] | None = None
@@ -413,11 +468,10 @@ class Pipeline:
 
             backend: Any = cfg.backend  # checked in __init__
             self._apiserver = TestAPIServer(backend, unsafe_no_fsync=cfg.unsafe_no_fsync).start()
-        writer = client.ApiClient(self._client_configuration())
         watcher = client.ApiClient(self._client_configuration())
-        self._clients = [writer, watcher]
-        self.api_url = writer.configuration.host
-        self._api = client.CoreV1Api(writer)
+        self._clients = [watcher]
+        self.api_url = watcher.configuration.host
+        self._writer = _ApiWriter(watcher.configuration)
 
         provider = registry = None
         try:
@@ -442,8 +496,9 @@ class Pipeline:
 
         self.controller.start()
 
-        self._httpd = _TriggerServer(self, cfg.port)
-        self._httpd.start()
+        httpd = _TriggerServer(self, cfg.port, self._writer)
+        httpd.start()
+        self._httpd = httpd
         if cfg.stats_interval > 0:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
@@ -581,14 +636,23 @@ class Pipeline:
         """Update ConfigMap ``{namespace}/{name}`` (create it if missing) with a new ``trigger-seq`` value.
 
         Returns the JSON answer of ``POST /trigger/{name}``. Raises :class:`TriggerError` (400 for a bad name,
-        502 when the API server refused or failed). Thread-safe.
+        502 when the API server refused or failed, 503 before start and after stop). Thread-safe; blocks while
+        :meth:`trigger_async` runs on the trigger server's loop (do not call it from that loop).
         """
-        from kubernetes.client.exceptions import ApiException
+        httpd = self._httpd
+        if httpd is None:
+            raise TriggerError(503, "pipeline not started")
+        result: dict[str, Any] = httpd.run(self.trigger_async(name))
+        return result
 
+    async def trigger_async(self, name: str) -> dict[str, Any]:
+        """:meth:`trigger` as a coroutine; it must run on the trigger server's loop (the writer's connections
+        belong to it)."""
         t_start = time.perf_counter_ns()
         if not isinstance(name, str) or not _NAME.match(name):
             raise TriggerError(400, f"not a valid ConfigMap name: {name!r}")
-        if self._api is None or self.informer is None:
+        writer = self._writer
+        if writer is None or self.informer is None:
             raise TriggerError(503, "pipeline not started")
         ns = self.config.namespace
         key = f"{ns}/{name}"
@@ -597,33 +661,31 @@ class Pipeline:
             seq = self._trigger_seq
         data = {"trigger-seq": str(seq), "trigger-run": self._run_id}  # never a no-op write (which keeps the RV)
         exists = self.informer.store.get_by_key(key) is not None
+        collection = f"/api/v1/namespaces/{ns}/configmaps"
+        patch = ("PATCH", f"{collection}/{name}", {"data": data}, "application/merge-patch+json")
+        create = ("POST", collection, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                       "data": data}, "application/json")
         t_api = time.perf_counter_ns()
         try:
-            try:
-                if exists:
-                    action, resp = "updated", self._patch(name, data)
-                else:
-                    action, resp = "created", self._create(name, data)
-            except ApiException as exc:
-                if exc.status == 404 and exists:  # deleted meanwhile
-                    action, resp = "created", self._create(name, data)
-                elif exc.status == 409 and not exists:  # created meanwhile (another trigger or client)
-                    action, resp = "updated", self._patch(name, data)
-                else:
-                    raise
-            raw = resp.data
+            action, (status, reason, raw) = ("updated", await writer.send(*patch)) if exists else (
+                "created", await writer.send(*create))
+            if status == 404 and exists:  # deleted meanwhile
+                action, (status, reason, raw) = "created", await writer.send(*create)
+            elif status == 409 and not exists:  # created meanwhile (another trigger or client)
+                action, (status, reason, raw) = "updated", await writer.send(*patch)
             t_done = time.perf_counter_ns()
-            resp.release_conn()
-        except ApiException as exc:
-            with self._lock:
-                self._trigger_errors += 1
-            raise TriggerError(502, f"API server answered {exc.status} {exc.reason}") from exc
-        except Exception as exc:
+            if not 200 <= status < 300:
+                with self._lock:
+                    self._trigger_errors += 1
+                raise TriggerError(502, f"API server answered {status} {reason}")
+            obj = json.loads(raw)
+            rv = int(obj["metadata"]["resourceVersion"])
+        except TriggerError:
+            raise
+        except Exception as exc:  # connection refused/reset, timeout, an answer that is not an object
             with self._lock:
                 self._trigger_errors += 1
             raise TriggerError(502, f"API request failed: {type(exc).__name__}: {exc}") from exc
-        obj = json.loads(raw)
-        rv = int(obj["metadata"]["resourceVersion"])
         api_ns = t_done - t_api
         event_first = None
         with self._lock:
@@ -646,16 +708,6 @@ class Pipeline:
                                f"took={format_duration(api_ns / 1e9)}")
         return {"name": name, "key": key, "action": action, "resourceVersion": str(rv), "seq": seq,
                 "api_ms": api_ns / 1e6, "took_ms": (t_end - t_start) / 1e6}
-
-    def _patch(self, name: str, data: dict[str, str]) -> Any:
-        assert self._api is not None
-        return self._api.patch_namespaced_config_map(name, self.config.namespace, {"data": data},
-                                                     _preload_content=False)
-
-    def _create(self, name: str, data: dict[str, str]) -> Any:
-        assert self._api is not None
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
-        return self._api.create_namespaced_config_map(self.config.namespace, body, _preload_content=False)
 
     # -- informer handlers (informer thread) -----------------------------------------------------------------
 
