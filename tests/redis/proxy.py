@@ -11,6 +11,11 @@ from types import TracebackType
 from typing import Self
 
 
+def redis_port(url: str) -> int:
+    """The port of a ``redis://host:port/db`` URL (what a proxy for that server forwards to)."""
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
 class CuttableProxy:
     """``CuttableProxy(port)`` forwards ``127.0.0.1:<self.port>`` to ``127.0.0.1:<port>``. :meth:`cut` drops every
     byte in both directions from then on (connections stay open); :meth:`restore` closes the connections that

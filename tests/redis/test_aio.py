@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
+import redis.asyncio
+import redis.exceptions
 
 import keyqueue.redis.aio as rq
 from keyqueue import AddResult, ShutDown
 from keyqueue.redis import RedisUnavailable
+from tests.redis.proxy import CuttableProxy, redis_port
 
 
 def test_async_workers_share_keys_one_holder_each(redis_url: str) -> None:
@@ -112,3 +116,39 @@ def test_add_many_pipelines_adds_in_order(redis_url: str) -> None:
             await q.delete()
 
     asyncio.run(main())
+
+
+def test_get_on_a_dead_connection_raises_within_its_timeout(redis_url: str) -> None:
+    # As the threaded shell's test (tests/redis/test_faults.py), with its control next to it: a plain
+    # redis.asyncio BLPOP on the same dead connection waits out the socket timeout (3 s).
+    bound = 2.0  # generous slack over GET_MARGIN (0.5 s)
+
+    async def main() -> tuple[float, float]:
+        with CuttableProxy(redis_port(redis_url)) as proxy:
+            url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3"
+            async with rq.Queue(f"aio-dead-{uuid.uuid4().hex[:8]}", url=url) as q:
+                with pytest.raises(TimeoutError):
+                    await q.get(timeout=0.05)  # an open, answering connection in the pool
+                proxy.cut()
+                start = time.monotonic()
+                with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}.*did not answer"):
+                    await q.get(timeout=0.5)
+                queue_s = time.monotonic() - start
+                proxy.restore()
+                assert await q.add("k") == AddResult.QUEUED  # nothing half-applied; the handle works again
+                assert await q.get(timeout=1) == "k"
+                assert await q.done("k") is False
+                await q.delete()
+            client = redis.asyncio.Redis.from_url(url)  # control: from_url, no retries
+            assert await client.ping()
+            proxy.cut()
+            start = time.monotonic()
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await client.blpop(["nothing"], timeout=0.5)
+            plain_s = time.monotonic() - start
+            await client.aclose()
+            return queue_s, plain_s
+
+    queue_s, plain_s = asyncio.run(main())
+    assert queue_s < 0.5 + bound
+    assert plain_s >= 0.5 + bound

@@ -5,13 +5,17 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
 import pytest
+import redis
+import redis.exceptions
 
+from keyqueue import AddResult
 from keyqueue.redis import LeaseLost, Queue, RedisServer, RedisUnavailable
-from tests.redis.proxy import CuttableProxy
+from tests.redis.proxy import CuttableProxy, redis_port
 
 # A worker process: takes two keys under a 1 s lease, says which, then hangs until it is killed.
 _WORKER = """
@@ -69,8 +73,7 @@ def test_state_survives_a_redis_restart_with_aof_and_clients_reconnect() -> None
 
 
 def test_a_cut_off_worker_loses_its_lease_and_done_raises_lease_lost(new_queue: Any, redis_url: str) -> None:
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    with CuttableProxy(port) as proxy:
+    with CuttableProxy(redis_port(redis_url)) as proxy:
         name = f"cut-{uuid.uuid4().hex[:8]}"
         cut_off = new_queue(name=name, url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.5", lease=1.0)
         other = new_queue(name=name, lease=1.0)
@@ -98,3 +101,67 @@ def test_control_a_worker_that_is_not_cut_off_keeps_its_lease(new_queue: Any) ->
     with pytest.raises(TimeoutError):
         other.get(timeout=2.5)  # 2.5 lease lengths: only the renewals keep the key from being handed out
     assert holder.done("k") is False
+
+
+# -- a dead connection (black-holed: open, nothing answers): bounded by the timeout given, not the socket timeout --
+
+_DEAD_BOUND = 2.0  # generous slack over get's documented GET_MARGIN (0.5 s): a loaded machine, not a tight timing
+
+
+def test_get_on_a_dead_connection_raises_within_its_timeout(new_queue: Any, redis_url: str) -> None:
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3"
+        q = new_queue(url=url)
+        with pytest.raises(TimeoutError):
+            q.get(timeout=0.05)  # the pool now has an open, answering connection
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}.*did not answer"):
+            q.get(timeout=0.5)
+        assert time.monotonic() - start < 0.5 + _DEAD_BOUND
+        proxy.restore()  # the dropped connection is replaced; nothing was half-applied
+        assert q.add("k") == AddResult.QUEUED
+        assert q.get(timeout=1) == "k"
+        assert q.done("k") is False
+
+
+def test_control_a_plain_blpop_on_a_dead_connection_hangs_for_the_socket_timeout(redis_url: str) -> None:
+    # Control for the test above: redis-py reads a blocking command's reply with the socket timeout (3 s), so the
+    # same 0.5 s wait on the same dead connection takes past the bound the queue's get keeps.
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        client = redis.Redis.from_url(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3")  # from_url: no retries
+        assert client.ping()
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            client.blpop(["nothing"], timeout=0.5)
+        assert time.monotonic() - start >= 0.5 + _DEAD_BOUND
+        client.close()
+
+
+def test_add_on_a_dead_connection_raises_after_one_socket_timeout(new_queue: Any, redis_url: str) -> None:
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        q = new_queue(url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.3")
+        assert len(q) == 0
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}"):
+            q.add("k")
+        assert time.monotonic() - start < 0.3 + 1.5  # one socket timeout: the client built from a URL never retries
+        proxy.restore()
+        assert q.inspect()["dirty"] == 0  # the black hole ate the request: nothing was applied
+        assert q.add("k") == AddResult.QUEUED
+
+
+def test_control_redis_py_default_retries_multiply_the_socket_timeout(redis_url: str) -> None:
+    # Control for the test above: a client built as redis.Redis(host=...) retries a timed-out call 10 times with
+    # backoff, so one call on a dead connection takes at least 11 socket timeouts (3.3 s here).
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.3)
+        assert client.ping()
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises((redis.exceptions.TimeoutError, redis.exceptions.ConnectionError)):
+            client.ping()
+        assert time.monotonic() - start >= 0.3 + 1.5
+        client.close()

@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED,
                    5: AddResult.DELAY_KEPT}
 ADD_MANY_BATCH: Final = 1000  # adds per pipelined round trip of add_many (bounds the request and reply buffers)
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0  # seconds, for a client built from a URL without socket_timeout=
+# Seconds past ``get(timeout=t)`` by which a get whose connection stopped answering has raised RedisUnavailable: each
+# reply a get waits for (its script's, its BLPOP's) is read with a deadline of ``t + GET_MARGIN`` from the call's start.
+GET_MARGIN: Final = 0.5
 
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
@@ -157,11 +161,25 @@ def translated(url: str, operation: str) -> Iterator[None]:
         raise translate(url, operation, exc) from exc
 
 
-def translate(url: str, operation: str, exc: Exception) -> RedisQueueError:
+def read_budget(hard: float | None, socket_timeout: float | None) -> float | None:
+    """Seconds one reply of a ``get`` may take: the time left before ``hard`` (a ``time.monotonic()`` deadline: the
+    get's timeout plus :data:`GET_MARGIN`; at least 10 ms), at most ``socket_timeout``. ``None``: no deadline but the
+    socket timeout (which may be none)."""
+    if hard is None:
+        return socket_timeout
+    left = max(0.01, hard - time.monotonic())
+    return left if socket_timeout is None else min(left, socket_timeout)
+
+
+def translate(url: str, operation: str, exc: Exception, *, within: float | None = None) -> RedisQueueError:
     """The keyqueue error for an error of the ``redis`` package (raise it ``from exc``): :class:`RedisUnavailable`
-    for a connection error or timeout, else :class:`RedisQueueError`; both name ``url`` and ``operation``."""
+    for a connection error or timeout, else :class:`RedisQueueError`; both name ``url`` and ``operation``.
+    ``within``: the read deadline (seconds) a timeout ran out of, for the message."""
     import redis.exceptions as rx
 
+    if within is not None and isinstance(exc, (rx.TimeoutError, TimeoutError)):
+        return RedisUnavailable(f"Redis at {url} did not answer {operation} within {within:.2f} s "
+                                "(the connection is dead or the server stalled)")
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
         return RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}")
     return RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}")

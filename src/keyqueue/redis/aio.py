@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,8 +27,10 @@ from keyqueue.errors import ShutDown
 from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
+    GET_MARGIN,
     _text,
     log,
+    read_budget,
     script_source,
     translate,
     translated,
@@ -57,7 +59,8 @@ class Queue(_HandleBase):
     """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
     ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
     ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
-    ``async for key in q`` call ``done`` on every exit.
+    ``async for key in q`` call ``done`` on every exit. Time bounds on a dead connection as there; here a ``get``'s
+    deadline (``timeout`` plus 0.5 s) also covers opening a new connection, since each round trip is cancelled at it.
 
     Metrics (``metrics_provider=``) as in the threaded shell. A scrape runs in the scraping thread, outside the event
     loop, so this handle reads the shared depth there through a small synchronous ``redis.Redis`` to the same server
@@ -84,6 +87,21 @@ class Queue(_HandleBase):
                 return await self._evalsha(self._sha[op], *self._keyargs, *args)
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
+
+    async def _within(self, budget: float | None, op: str, call: Awaitable[Any]) -> Any:
+        # ``call`` (a coroutine of this handle talking to Redis), cancelled after ``budget`` seconds (None: no bound
+        # but the socket timeout): redis-py drops a connection whose command was cancelled, so no late reply is
+        # read by a later command. Any retries of the client's happen inside the budget.
+        if budget is None:
+            return await call
+        scope = asyncio.timeout(budget)
+        try:
+            async with scope:
+                return await call
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise
+            raise translate(self.url, op, exc, within=budget) from exc
 
     async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
@@ -176,24 +194,27 @@ class Queue(_HandleBase):
     async def get(self, timeout: float | None = None) -> str:
         """As :meth:`keyqueue.redis.Queue.get`: waits in ``BLPOP`` (bounded by ``timeout`` and the next due time).
         Cancelled while waiting, it takes nothing; cancelled during the script's round trip, a key it may have
-        been given is handed out again when its (never renewed) lease runs out."""
+        been given is handed out again when its (never renewed) lease runs out. A dead connection: ``RedisUnavailable``
+        at most ``timeout + GET_MARGIN`` (0.5 s) after the call (each round trip is cancelled at that deadline)."""
         if timeout is not None:
             timeout = check_timeout(timeout)
         state = self._state
         self._loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout
+        hard = None if deadline is None else deadline + GET_MARGIN  # every round trip of this call ends by then
+        st = self._socket_timeout
         woken = False
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(await self._call("get", state.get_args()))
+            reply = state.on_get(await self._within(read_budget(hard, st), "get", self._call("get", state.get_args())))
             if reply.key is not None:
                 self._ensure_heartbeat()
                 return reply.key
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:  # pass on a wake-up that may have announced an earlier delayed key
-                    await self._call("wake", [state.now_arg()])
+                    await self._within(read_budget(hard, st), "wake", self._call("wake", [state.now_arg()]))
                 raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
             wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
             if wait <= 0:
@@ -204,7 +225,8 @@ class Queue(_HandleBase):
                 state.getters += 1
             try:
                 with translated(self.url, "get (waiting)"):
-                    popped = await self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+                    popped = await self._within(wait + GET_MARGIN, "get (waiting)",
+                                                self._client.blpop([state.notify_key, state.wake_key], timeout=wait))
             finally:
                 with state.lock:
                     state.getters -= 1

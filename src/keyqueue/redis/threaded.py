@@ -28,12 +28,14 @@ from keyqueue.redis._metrics import detach, recorder_for_redis
 from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
     DEFAULT_SOCKET_TIMEOUT,
+    GET_MARGIN,
     OPERATIONS,
     HandleState,
     _text,
     describe_url,
     limiter_tree,
     log,
+    read_budget,
     script_sha,
     script_source,
     socket_timeout_of,
@@ -45,20 +47,29 @@ from keyqueue.redis.errors import LeaseLost, RedisQueueError
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
 def client_for(url: str | None, *, asyncio: bool) -> tuple[Any, str]:
-    """A client for ``url`` (default ``$KEYQUEUE_REDIS_URL``) with the default socket timeouts, and the URL."""
+    """A client for ``url`` (default ``$KEYQUEUE_REDIS_URL``) with the default socket timeouts and no retries (a
+    call that fails raises at once, after one socket timeout at most), and the URL."""
     url = url if url is not None else os.environ.get("KEYQUEUE_REDIS_URL")
     if url is None:
         raise ValueError("a Redis queue needs client= or url= (or $KEYQUEUE_REDIS_URL)")
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}: {url!r:.80}")
+    from redis.backoff import NoBackoff
+
     if asyncio:
         import redis.asyncio as module
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        retry: Any = AsyncRetry(NoBackoff(), 0)
     else:
         import redis as module  # type: ignore[no-redef]
+        from redis.retry import Retry
+
+        retry = Retry(NoBackoff(), 0)
     try:
         client = module.Redis.from_url(
             url, socket_timeout=DEFAULT_SOCKET_TIMEOUT, socket_connect_timeout=DEFAULT_SOCKET_TIMEOUT,
-            decode_responses=True,
+            decode_responses=True, retry=retry,
         )
     except ValueError as exc:
         raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
@@ -157,8 +168,9 @@ class Queue(_HandleBase):
     """A work queue shared through Redis by every handle with the same ``name``, in any process on any host.
 
     ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None)``.
-    ``client`` is a ``redis.Redis`` (used as given; its socket timeout bounds every call), else ``url`` (default
-    ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts unless the URL says otherwise).
+    ``client`` is a ``redis.Redis`` (used as given, with its socket timeout and its retry policy), else ``url``
+    (default ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts unless the URL says
+    otherwise, and no retries).
 
     Guarantees (client-go's, now across processes): a waiting key is not added twice; a key being processed
     anywhere is marked and handed out once more after its ``done``; keys are handed out in FIFO order, each to one
@@ -168,10 +180,26 @@ class Queue(_HandleBase):
     :class:`~keyqueue.redis.LeaseLost`. A stalled holder can therefore overlap with the next one: fence side effects
     (for Kubernetes writes, the resourceVersion precondition; or :meth:`fencing_token`, which only grows).
 
-    Every call is one atomic script in one round trip; none blocks longer than the client's socket timeout
-    except ``get`` waiting for a key (bounded by its ``timeout``). Redis unreachable:
+    Every call is one atomic script in one round trip. Redis unreachable, or not answering in time:
     :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
-    :class:`~keyqueue.redis.RedisQueueError`; neither changes anything. Keys are ``str`` (``TypeError`` otherwise).
+    :class:`~keyqueue.redis.RedisQueueError`. Keys are ``str`` (``TypeError`` otherwise).
+
+    How long a call can take when the connection goes dead (the peer stops answering, nothing resets it):
+
+    - ``get(timeout=t)`` raises ``RedisUnavailable`` at most ``t + GET_MARGIN`` (0.5 s) after it was called: every
+      reply it waits for is read with that deadline, on a connection it takes from the client's pool for the one
+      command, with no retry whatever the client's retry policy. (``timeout=None``: each reply waits at most the
+      socket timeout.) Opening a new connection (none idle in the pool) is bounded by the client's
+      ``socket_connect_timeout`` and socket timeout instead.
+    - Every other call waits at most the client's socket timeout for its reply — times ``1 + retries`` plus the
+      backoff for a ``client=`` whose retry policy resends on timeouts (``redis.Redis(host=...)`` defaults to 10
+      retries with up to 1 s backoff; a client built from a URL, redis-py's ``from_url`` or keyqueue's, has none).
+    - A script is atomic on the server: a call that timed out either ran entirely or not at all, and which one is
+      not known. An ``add`` sent again changes nothing if the first one ran (``DEDUP``/``MARKED``). A ``done`` that
+      raised ``RedisUnavailable`` keeps the key held: call it again; if the first one did run, the second finds the
+      lease gone and raises :class:`~keyqueue.redis.LeaseLost` without changing anything (the key was finished;
+      a re-add it recorded was queued). A ``get`` whose reply was lost leaves a lease nobody renews: the key is
+      handed out again when it runs out.
     ``clock``: for tests, a :class:`~keyqueue.FakeClock` replaces Redis's own clock (``TIME``) for this handle's
     scripts; every handle of a queue must then use the same clock.
 
@@ -206,6 +234,32 @@ class Queue(_HandleBase):
                 return self._evalsha(self._sha[op], *self._keyargs, *args)
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
+
+    def _command_within(self, budget: float | None, *command: Any) -> Any:
+        # One command on a connection taken from the client's pool for it alone, its reply awaited at most ``budget``
+        # seconds (None: the socket timeout) and never resent. A reply that does not come in time disconnects that
+        # connection (redis-py drops it on any read error), so no late reply can be read by a later command.
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command(*command)
+            return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+        finally:
+            pool.release(conn)
+
+    def _call_by(self, hard: float | None, op: str, args: list[str]) -> Any:
+        # As _call, for get: the reply awaited until ``hard`` (a monotonic deadline; None: the socket timeout).
+        command = ("EVALSHA", self._sha[op], *self._keyargs, *args)
+        budget = read_budget(hard, self._socket_timeout)
+        try:
+            try:
+                return self._command_within(budget, *command)
+            except NoScriptError:
+                self._client.script_load(script_source(op))
+                budget = read_budget(hard, self._socket_timeout)
+                return self._command_within(budget, *command)
+        except RedisError as exc:
+            raise translate(self.url, op, exc, within=budget) from exc
 
     def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
@@ -273,7 +327,9 @@ class Queue(_HandleBase):
     def add(self, key: str) -> AddResult:
         """Mark ``key`` as needing work: ``QUEUED``, ``DEDUP`` (already dirty), ``MARKED`` (being processed by some
         holder: it is handed out once more after its ``done``) or ``DROPPED`` (this handle is shut down; nothing
-        is sent). One round trip. Raises ``TypeError`` for a non-``str`` key."""
+        is sent). One round trip. Raises ``TypeError`` for a non-``str`` key;
+        ``RedisUnavailable`` after the socket timeout at most (see the class: the add ran entirely or not at all;
+        adding again is safe)."""
         state = self._state
         args = state.add_args(key)
         if state.shutting_down:
@@ -305,17 +361,19 @@ class Queue(_HandleBase):
         Waiting is a ``BLPOP`` on the queue's wake-up list, bounded by ``timeout`` and by the time the next delayed
         key (or run-out lease) falls due: no polling. Raises ``TimeoutError`` when ``timeout`` (seconds) passes,
         :class:`~keyqueue.ShutDown` once this handle is shut down (at once: keys still queued stay in Redis for
-        the other handles), ``RedisUnavailable`` if Redis cannot be reached.
+        the other handles), ``RedisUnavailable`` if Redis cannot be reached or stops answering: at most ``timeout +
+        GET_MARGIN`` (0.5 s) after the call, whatever the client's socket timeout and retries (see the class).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
         state = self._state
         deadline = None if timeout is None else time.monotonic() + timeout
+        hard = None if deadline is None else deadline + GET_MARGIN  # every reply this call reads comes by then
         woken = False  # a wait of this call took a wake-up token from the shared list
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(self._call("get", state.get_args()))
+            reply = state.on_get(self._call_by(hard, "get", state.get_args()))
             if reply.key is not None:
                 self._ensure_heartbeat()
                 return reply.key
@@ -323,7 +381,7 @@ class Queue(_HandleBase):
             if remaining is not None and remaining <= 0:
                 if woken:
                     # That wake-up may have been meant for a new, earlier delayed key: pass it on to another getter.
-                    self._call("wake", [state.now_arg()])
+                    self._call_by(hard, "wake", [state.now_arg()])
                 raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
             wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
             if wait <= 0:
@@ -332,9 +390,12 @@ class Queue(_HandleBase):
                 if state.shutting_down:
                     raise ShutDown
                 state.getters += 1
+            budget = wait + GET_MARGIN  # wait <= remaining: within the hard deadline
             try:
-                with translated(self.url, "get (waiting)"):
-                    popped = self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+                try:
+                    popped = self._command_within(budget, "BLPOP", state.notify_key, state.wake_key, wait)
+                except RedisError as exc:
+                    raise translate(self.url, "get (waiting)", exc, within=budget) from exc
             finally:
                 with state.lock:
                     state.getters -= 1
@@ -344,8 +405,9 @@ class Queue(_HandleBase):
         """Finish ``key``: ``True`` if it was added again meanwhile and is queued once more (a redelivery), else
         ``False``. ``False`` too, with nothing sent, for a key this handle does not hold. Raises
         :class:`~keyqueue.redis.LeaseLost` if the lease ran out and the key was handed out again (nothing is
-        changed), ``RedisUnavailable`` if Redis cannot be reached (the key stays held: call ``done`` again).
-        Works after shutdown (what a drain waits for)."""
+        changed), ``RedisUnavailable`` if Redis cannot be reached or does not answer within the socket timeout
+        (the script ran entirely or not at all; the key stays held: call ``done`` again, which raises ``LeaseLost``,
+        changing nothing, if the first one did finish it). Works after shutdown (what a drain waits for)."""
         state = self._state
         lease = state.begin_done(key)
         if lease is None:
