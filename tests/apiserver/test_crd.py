@@ -325,8 +325,10 @@ def _raw_patch(server: TestAPIServer, path: str, content_type: str, body: Any) -
 
 
 def test_watch_custom_resources(server: TestAPIServer, group: str, ns: str, co: client.CustomObjectsApi) -> None:
+    # from the list's resourceVersion: a watch still being opened when the create lands cannot miss it
+    rv = co.list_namespaced_custom_object(group, "v1", ns, "widgets")["metadata"]["resourceVersion"]
     collector = WatchCollector(co.list_namespaced_custom_object, group, "v1", ns, "widgets",
-                               allow_watch_bookmarks=False)
+                               allow_watch_bookmarks=False, resource_version=rv)
     try:
         co.create_namespaced_custom_object(group, "v1", ns, "widgets", widget("w", group))
         co.patch_namespaced_custom_object(group, "v1", ns, "widgets", "w", {"spec": {"size": 9}})
