@@ -581,22 +581,23 @@ class QueueCore(Generic[T]):
         # but behind the others, so that one such key cannot block every key queued after it; the exception
         # propagates. processing.add comes first: undoing an add needs no call of the key's methods (identity),
         # undoing the removal from dirty would.
-        processing = self.processing
+        # (No local names for self.processing / self.metrics: on the path every iteration takes, a store and a
+        # load more than the attribute read they would save.)
         try:
-            processing.add(item)
+            self.processing.add(item)
         except BaseException:
             fifo.append(item)
             raise
         try:
             self.dirty.remove(item)
         except BaseException as exc:
-            discard_identity(processing, item)
+            discard_identity(self.processing, item)
             if isinstance(exc, KeyError) and not self._findable(item):
                 raise self._mutated(item, "waiting in the queue") from None
             fifo.append(item)
             raise
-        metrics = self.metrics
-        if metrics is not None:
+        if self.metrics is not None:
+            metrics = self.metrics
             try:
                 ledger = self._ledger
                 if ledger is None:
@@ -670,8 +671,8 @@ class QueueCore(Generic[T]):
             raise
         if requeue:
             self.fifo.append(item)
-        metrics = self.metrics
-        if metrics is not None:
+        if self.metrics is not None:
+            metrics = self.metrics
             # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the
             # key finished, and queued again if it was re-added); only the metric misses this done.
             ledger = self._ledger
