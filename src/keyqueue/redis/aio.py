@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from redis.exceptions import NoScriptError, RedisError
 
-from keyqueue._core import AddResult, QueueStats, check_timeout
+from keyqueue._core import AddResult, check_timeout
 from keyqueue.errors import ShutDown
 from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
@@ -296,19 +296,6 @@ class Queue(_HandleBase):
         r = await self._call("inspect", [""])
         return dict(zip(("dirty", "queued", "processing", "delayed", "expired", "redelivered"),
                         (int(x) for x in r), strict=True))
-
-    def stats(self) -> QueueStats:
-        """This handle's own decisions (``stats=True``); ``RuntimeError`` otherwise."""
-        return self._state.stats()
-
-    @property
-    def shutting_down(self) -> bool:
-        return self._state.shutting_down
-
-    @property
-    def held(self) -> list[str]:
-        with self._state.lock:
-            return list(self._state.held)
 
     # -- shutdown ---------------------------------------------------------------------------------------------
 

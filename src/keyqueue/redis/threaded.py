@@ -132,6 +132,22 @@ class _HandleBase:
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
+    def stats(self) -> QueueStats:
+        """This handle's own decisions (``stats=True``); ``fired`` counts delayed keys this handle's scripts fired.
+        Raises ``RuntimeError`` unless built with ``stats=True``."""
+        return self._state.stats()
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once this handle's ``shut_down()`` or ``shut_down_with_drain()`` was called."""
+        return self._state.shutting_down
+
+    @property
+    def held(self) -> list[str]:
+        """The keys this handle holds right now."""
+        with self._state.lock:
+            return list(self._state.held)
+
     def _init_shell(self) -> None:
         raise NotImplementedError
 
@@ -479,22 +495,6 @@ class Queue(_HandleBase):
         state = self.inspect()
         return QueueSnapshot(dirty=state["dirty"], fifo=state["queued"], processing=state["processing"],
                              delayed=state["delayed"], shutting_down=self._state.shutting_down)
-
-    def stats(self) -> QueueStats:
-        """This handle's own decisions (``stats=True``); ``fired`` counts delayed keys this handle's scripts fired.
-        Raises ``RuntimeError`` unless built with ``stats=True``."""
-        return self._state.stats()
-
-    @property
-    def shutting_down(self) -> bool:
-        """True once this handle's ``shut_down()`` or ``shut_down_with_drain()`` was called."""
-        return self._state.shutting_down
-
-    @property
-    def held(self) -> list[str]:
-        """The keys this handle holds right now."""
-        with self._state.lock:
-            return list(self._state.held)
 
     # -- shutdown ---------------------------------------------------------------------------------------------
 
