@@ -458,7 +458,7 @@ class QueueCore(Generic[T]):
         if not self.shutting_down:
             try:
                 # The lookups the add may make, for their exceptions only (each may call the key's methods).
-                [item in c for c in (self.dirty, self.processing, self._waiting)]
+                _ = (item in self.dirty, item in self.processing, item in self._waiting)
             except TypeError:
                 check_hashable(item)  # an unhashable item: the clear message; nothing has changed
                 raise
