@@ -41,6 +41,13 @@ from keyqueue.redis.threaded import RateLimitedHandle, _HandleBase
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
 
 
+def _bound(hard: float | None, socket_timeout: float | None) -> float | None:
+    # The seconds a get's round trip may take here: read_budget's, else the socket timeout (a cancellation scope
+    # caps the client's retries too).
+    budget = read_budget(hard, socket_timeout)
+    return socket_timeout if budget is None else budget
+
+
 async def _heartbeat(ref: weakref.ReferenceType[Queue], interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -74,6 +81,7 @@ class Queue(_HandleBase):
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
+        self._evalsha = self._client.evalsha
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -207,14 +215,14 @@ class Queue(_HandleBase):
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(await self._within(read_budget(hard, st), "get", self._call("get", state.get_args())))
+            reply = state.on_get(await self._within(_bound(hard, st), "get", self._call("get", state.get_args())))
             if reply.key is not None:
                 self._ensure_heartbeat()
                 return reply.key
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:  # pass on a wake-up that may have announced an earlier delayed key
-                    await self._within(read_budget(hard, st), "wake", self._call("wake", [state.now_arg()]))
+                    await self._within(_bound(hard, st), "wake", self._call("wake", [state.now_arg()]))
                 raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
             wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
             if wait <= 0:
