@@ -66,8 +66,10 @@ class Queue(_HandleBase):
     """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
     ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
     ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
-    ``async for key in q`` call ``done`` on every exit. Time bounds on a dead connection as there; here a ``get``'s
-    deadline (``timeout`` plus 0.5 s) also covers opening a new connection, since each round trip is cancelled at it.
+    ``async for key in q`` call ``done`` on every exit. Time bounds on a dead connection as there (a ``get``'s
+    deadline, ``timeout`` plus 0.5 s, also covers opening a new connection, since each round trip is cancelled at it;
+    the heartbeat's renewal is cancelled after ``lease / 3``; every other call waits at most the socket timeout per
+    attempt of the client's retry policy).
 
     Metrics (``metrics_provider=``) as in the threaded shell. A scrape runs in the scraping thread, outside the event
     loop, so this handle reads the shared depth there through a small synchronous ``redis.Redis`` to the same server
@@ -173,7 +175,9 @@ class Queue(_HandleBase):
         if todo is None:
             return not state.shutting_down
         args, pairs = todo
-        state.on_renew(pairs, await self._call("renew", args))
+        # Bounded by the beat interval, as in the threaded shell: a renewal not answered by the next beat is cancelled
+        # (its connection dropped) and the next beat tries again.
+        state.on_renew(pairs, await self._within(self.lease_seconds / 3, "renew", self._call("renew", args)))
         return True
 
     # -- adding -----------------------------------------------------------------------------------------------
