@@ -22,6 +22,9 @@ counters, a release event: ~7 µs), the retry closure, argument encoding by the 
   seconds, never resent; if it has to open a connection first, the connect runs on a helper thread and the caller
   waits only for what is left of the deadline (a connect that finishes later leaves its connection on the stack).
 * **Fork**: a child process drops the connections its parent's handles held (never uses a socket it shares).
+* **asyncio** (:class:`AsyncWire`): the same, with ``redis.asyncio``'s connections; one event loop uses it (no
+  lock: nothing is awaited between looking at the stack and taking from it), readiness is the connection's own
+  ``can_read()`` (no system call there), and deadlines are the caller's cancellation scopes.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any, Final
 
 import redis.exceptions as rx
 
-__all__ = ["Packer", "SyncWire"]
+__all__ = ["AsyncWire", "Packer", "SyncWire"]
 
 _READABLE: Final = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
@@ -233,3 +236,51 @@ class SyncWire:
         if state["error"] is not None:
             raise state["error"]
         return True
+
+
+class AsyncWire:
+    """The connections one asyncio handle talks to Redis on (see the module): used from its event loop only."""
+
+    def __init__(self, client: Any) -> None:
+        pool = client.connection_pool
+        self._connection_class = pool.connection_class
+        self._kwargs = dict(pool.connection_kwargs)
+        self._idle: list[Any] = []
+        self._all: set[Any] = set()
+        self._closed = False
+
+    def _take(self) -> Any:
+        if self._idle:
+            return self._idle.pop()
+        conn = self._connection_class(**self._kwargs)
+        self._all.add(conn)
+        return conn
+
+    async def _give(self, conn: Any) -> None:
+        if not self._closed and conn in self._all:
+            self._idle.append(conn)
+        else:
+            await conn.disconnect()
+
+    async def call(self, packed: bytes) -> Any:
+        """Send one packed command and return its reply, inside the connection's retry policy (as
+        ``execute_command``). Cancelled, redis-py drops the connection (no late reply is read by a later call)."""
+        conn = self._take()
+        try:
+            if conn.is_connected and await conn.can_read():
+                await conn.disconnect()  # closed by the server, or bytes left behind: the send reconnects
+
+            async def attempt() -> Any:
+                await conn.send_packed_command((packed,))
+                return await conn.read_response()
+
+            return await conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        finally:
+            await self._give(conn)
+
+    async def close(self) -> None:
+        """Disconnect every connection; calls still running disconnect theirs when they finish."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()

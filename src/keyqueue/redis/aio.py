@@ -35,6 +35,7 @@ from keyqueue.redis._protocol import (
     translate,
     translated,
 )
+from keyqueue.redis._wire import AsyncWire
 from keyqueue.redis.errors import RedisQueueError
 from keyqueue.redis.threaded import RateLimitedHandle, _HandleBase
 
@@ -83,18 +84,20 @@ class Queue(_HandleBase):
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
-        self._evalsha = self._client.evalsha
+        self._wire = AsyncWire(self._client)  # the lean path of every call but add_many (keyqueue.redis._wire)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str]) -> Any:
-        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
+        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
+        # loading the script on NOSCRIPT and sending the call once more.
+        sha = self._sha[op]
         try:
             try:
-                return await self._evalsha(self._sha[op], *self._keyargs, *args)
+                return await self._wire.call(self._packer.evalsha(sha, args))
             except NoScriptError:
                 await self._client.script_load(script_source(op))
-                return await self._evalsha(self._sha[op], *self._keyargs, *args)
+                return await self._wire.call(self._packer.evalsha(sha, args))
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
 
@@ -237,8 +240,8 @@ class Queue(_HandleBase):
                 state.getters += 1
             try:
                 with translated(self.url, "get (waiting)"):
-                    popped = await self._within(wait + GET_MARGIN, "get (waiting)",
-                                                self._client.blpop([state.notify_key, state.wake_key], timeout=wait))
+                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._wire.call(
+                        self._packer.command("BLPOP", state.notify_key, state.wake_key, wait)))
             finally:
                 with state.lock:
                     state.getters -= 1
@@ -373,6 +376,7 @@ class Queue(_HandleBase):
             scrape, self._scrape_client = self._scrape_client, None
         if scrape is not None:
             scrape[0].close()
+        await self._wire.close()
         if self._owns_client:
             await self._client.aclose()
 
