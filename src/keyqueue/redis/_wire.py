@@ -149,6 +149,11 @@ class SyncWire:
                 return
         held.conn.disconnect()
 
+    def _drop(self, held: _Held) -> None:
+        with self._lock:
+            self._all.discard(held)
+        held.conn.disconnect()
+
     def _forget_all(self) -> None:
         # In a forked child: the sockets belong to the parent; drop them without a word on the wire.
         self._lock = threading.Lock()
@@ -225,7 +230,7 @@ class SyncWire:
                 if state["error"] is None:
                     self._give(held)
                 else:
-                    held.conn.disconnect()
+                    self._drop(held)
 
         threading.Thread(target=run, name="keyqueue-redis-connect", daemon=True).start()
         done.wait(max(0.0, deadline - time.monotonic()))
@@ -256,6 +261,16 @@ class AsyncWire:
         self._all.add(conn)
         return conn
 
+    async def _stale(self, conn: Any) -> bool:
+        # Connected, and readable while no command is outstanding (closed by the server, or bytes left behind).
+        if not conn.is_connected:
+            return False  # the send connects it
+        check = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis-py < 8: the older name
+        try:
+            return bool(await check())
+        except OSError:
+            return True
+
     async def _give(self, conn: Any) -> None:
         if not self._closed and conn in self._all:
             self._idle.append(conn)
@@ -267,7 +282,7 @@ class AsyncWire:
         ``execute_command``). Cancelled, redis-py drops the connection (no late reply is read by a later call)."""
         conn = self._take()
         try:
-            if conn.is_connected and await conn.can_read():
+            if await self._stale(conn):
                 await conn.disconnect()  # closed by the server, or bytes left behind: the send reconnects
 
             async def attempt() -> Any:
