@@ -2,7 +2,8 @@
 
 Each handle talks to Redis on connections of its own, opened with its ``redis.Redis`` client's settings (address,
 credentials, timeouts, retry policy) and kept until :meth:`Queue.close`: as many as it had calls at the same time
-(each blocked ``get`` holds one). The hot calls go through redis-py's connection and reply parser directly
+(each blocked ``get`` holds one); they are not drawn from the client's pool, so its ``max_connections`` does not
+count them. The hot calls go through redis-py's connection and reply parser directly
 (:mod:`keyqueue.redis._wire`); ``add_many``, wake-ups and script loading go through the client itself. Every operation
 is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
 One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
