@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import statistics
 import subprocess
 import sys
 import time
@@ -57,7 +58,35 @@ def _queue(cls_name: str = "Queue") -> Any:
     return getattr(keyqueue.redis, cls_name)(f"bench-{uuid.uuid4().hex[:8]}", url=_url())
 
 
+_PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+def _lean_ping(client: Any) -> Any:
+    """A PING on the path keyqueue's calls take (``keyqueue.redis._wire.SyncWire``: a connection held by the caller,
+    ``send_packed_command`` + ``read_response``): the lighter of the two ways to make one round trip, so the honest
+    limit. ``client.ping()`` goes through ``execute_command`` (pool checkout, retry closure, observability hooks,
+    response callback): ~20 µs more client CPU per call on redis-py 8.1 (the ``redis.ping_client`` row)."""
+    from keyqueue.redis._wire import SyncWire
+
+    wire = SyncWire(client)
+    return lambda: wire.call(_PING)
+
+
 def _ping(ctx: Context) -> Measurement | Skip:
+    if (skip := _available()) is not None:
+        return skip
+    import redis
+
+    client = redis.Redis.from_url(_url())
+    try:
+        m = time_inline(ctx, "ping()", globals={"ping": _lean_ping(client)})
+        m.note = "PING on keyqueue's own client path (SyncWire): one round trip, nothing else"
+        return m
+    finally:
+        client.close()
+
+
+def _ping_client(ctx: Context) -> Measurement | Skip:
     if (skip := _available()) is not None:
         return skip
     import redis
@@ -70,18 +99,21 @@ def _ping(ctx: Context) -> Measurement | Skip:
 
 
 def _evalsha(keys: int, args: int) -> Any:
-    # The floor of a script call: EVALSHA of a script that only returns, with this many KEYS and ARGV.
+    # The floor of a script call: EVALSHA of a script that only returns, with this many KEYS and ARGV, on the same
+    # client path as keyqueue's calls and the PING row.
     def run(ctx: Context) -> Measurement | Skip:
         if (skip := _available()) is not None:
             return skip
         import redis
 
+        from keyqueue.redis._wire import Packer, SyncWire
+
         client = redis.Redis.from_url(_url())
         try:
             sha = client.script_load("return 1")
             names = [f"kq:{{bench}}:{i}" for i in range(keys)] + ["x" * 12] * args
-            return time_inline(ctx, "evalsha(sha, n, *names)",
-                               globals={"evalsha": client.evalsha, "sha": sha, "n": keys, "names": names})
+            packed = Packer("").command("EVALSHA", sha, keys, *names)
+            return time_inline(ctx, "call(packed)", globals={"call": SyncWire(client).call, "packed": packed})
         finally:
             client.close()
     return run
@@ -98,7 +130,7 @@ def _paired(ctx: Context, m: Measurement, run_block: Any, per: int) -> Measureme
 
     blocks = ctx.size(40, 4)
     with contextlib.closing(redis.Redis.from_url(_url(), decode_responses=True)) as client:
-        ping = client.ping
+        ping = _lean_ping(client)
         ratios = []
         for b in range(blocks):
             t0 = time.perf_counter()
@@ -182,6 +214,65 @@ def _get_done(n: int) -> Any:
         finally:
             q.delete()
             q.close()
+    return run
+
+
+def _server_cpu(client: Any) -> float:
+    # Seconds of CPU the Redis server has used (its main thread where Redis reports it: the one that runs commands).
+    info = client.info("cpu")
+    if "used_cpu_user_main_thread" in info:
+        return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _cpu(what: str) -> Any:
+    """CPU per call, client (this thread) + server (INFO cpu), of PING or one of the hot calls: where the time goes,
+    robust to load (a process waiting for a core uses none). The note splits it and gives the server's own
+    ``usec_per_call`` of the command (INFO commandstats: the script itself, without reading and writing sockets)."""
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        import redis
+
+        n, repeats = (200, 1) if ctx.smoke else (3_000, 5)
+        client = redis.Redis.from_url(_url(), decode_responses=True)
+        q = _queue()
+        ping = _lean_ping(client)
+        try:
+            if what == "ping":
+                calls, per = (lambda i: ping()), 1
+            elif what == "dedup":
+                q.add("default/obj")
+                calls, per = (lambda i: q.add("default/obj")), 1
+            elif what == "add":
+                calls, per = (lambda i: q.add(f"default/obj-{i}")), 1
+            else:  # a get and a done per step: two calls
+                calls, per = (lambda i: q.done(q.get())), 2
+            totals, clients, servers, usec = [], [], [], []
+            for _ in range(repeats):
+                q.delete()
+                if what == "getdone":
+                    q.add_many([f"default/obj-{i}" for i in range(n)])
+                client.config_resetstat()
+                s0, c0 = _server_cpu(client), time.thread_time()
+                for i in range(n):
+                    calls(i)
+                c1, s1 = time.thread_time(), _server_cpu(client)
+                stats = client.info("commandstats")
+                cmd = stats.get("cmdstat_ping" if what == "ping" else "cmdstat_evalsha", {})
+                usec.append(float(cmd.get("usec_per_call", 0.0)))
+                clients.append((c1 - c0) / (n * per) * 1e6)
+                servers.append((s1 - s0) / (n * per) * 1e6)
+                totals.append(clients[-1] + servers[-1])
+            med = statistics.median
+            note = (f"CPU per call: client {med(clients):.1f} µs + server {med(servers):.1f} µs (the command "
+                    f"itself, INFO commandstats: {med(usec):.2f} µs)")
+            return Measurement("µs CPU/call", totals, ops=len(totals), note=note,
+                               extra={"client_us": clients, "server_us": servers, "command_us": usec})
+        finally:
+            q.delete()
+            q.close()
+            client.close()
     return run
 
 
@@ -345,7 +436,10 @@ def cases(smoke: bool) -> list[Case]:
     secs = 0.5 if smoke else 2.0
     limit = 1.3
     return [
-        Case("redis.ping", "Redis PING round trip (the physical limit)", G_REDIS, _ping, interleave=True),
+        Case("redis.ping", "Redis PING round trip (the physical limit; keyqueue's client path)", G_REDIS, _ping,
+             interleave=True),
+        Case("redis.ping_client", "Redis PING through redis-py's client.ping() (execute_command)", G_REDIS,
+             _ping_client, baseline="redis.ping", needs=("redis.ping",), interleave=True),
         Case("redis.evalsha", "EVALSHA of `return 1`, no KEYS/ARGV (the floor of a script call)", G_REDIS,
              _evalsha(0, 0), baseline="redis.ping", needs=("redis.ping",), interleave=True),
         Case("redis.evalsha10", "EVALSHA of `return 1` with 10 KEYS + 2 ARGV", G_REDIS, _evalsha(10, 2),
@@ -359,6 +453,10 @@ def cases(smoke: bool) -> list[Case]:
         Case("redis.getdone", f"get / done, per call ({n:,} keys)", G_REDIS, _get_done(n), baseline="redis.ping",
              checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
              interleave=True),
+        Case("redis.cpu.ping", "CPU per PING (client + server)", G_REDIS, _cpu("ping")),
+        *(Case(f"redis.cpu.{w}", f"CPU per call (client + server): {label}", G_REDIS, _cpu(w),
+               baseline="redis.cpu.ping", needs=("redis.cpu.ping",))
+          for w, label in (("add", "add, new key"), ("dedup", "add, DEDUP"), ("getdone", "get / done"))),
         Case("redis.cycle", "add+get+done, one key (3 round trips)", G_REDIS, _cycle(False),
              baseline="redis.naive", needs=("redis.naive", "redis.ping"), interleave=True),
         Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,

@@ -152,3 +152,43 @@ def test_get_on_a_dead_connection_raises_within_its_timeout(redis_url: str) -> N
     queue_s, plain_s = asyncio.run(main())
     assert queue_s < 0.5 + bound
     assert plain_s >= 0.5 + bound
+
+
+def test_renewal_and_a_first_connect_on_a_dead_connection_are_bounded(redis_url: str) -> None:
+    # A renewal gives up at the beat interval (lease / 3 = 0.3 s), not the socket timeout (3 s); a fresh handle's get
+    # that must open its connection through the cut is bounded by its deadline. Control: len(), bounded by the socket
+    # timeout only, waits it out on the same dead connection.
+    bound = 2.0
+
+    async def main() -> tuple[float, float, float]:
+        with CuttableProxy(redis_port(redis_url)) as proxy:
+            url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3"
+            name = f"aio-renew-{uuid.uuid4().hex[:8]}"
+            async with rq.Queue(name, url=url, lease=0.9) as q, rq.Queue(name, url=url) as fresh:
+                await q.add("k")
+                assert await q.get(timeout=1) == "k"
+                assert q._beat is not None
+                q._beat.cancel()  # this test drives the renewals itself
+                proxy.cut()
+                start = time.monotonic()
+                with pytest.raises(RedisUnavailable, match="did not answer renew"):
+                    await q._renew()
+                renew_s = time.monotonic() - start
+                start = time.monotonic()
+                with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}"):
+                    await fresh.get(timeout=0.5)
+                connect_s = time.monotonic() - start
+                start = time.monotonic()
+                with pytest.raises(RedisUnavailable):
+                    await q.len()
+                control_s = time.monotonic() - start
+                proxy.restore()
+                assert await q._renew() is True
+                assert await q.done("k") is False
+                await q.delete()
+            return renew_s, connect_s, control_s
+
+    renew_s, connect_s, control_s = asyncio.run(main())
+    assert renew_s < 0.3 + bound
+    assert connect_s < 0.5 + bound
+    assert control_s >= 0.3 + bound

@@ -234,8 +234,15 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
         code = re.sub(r"--[^\n]*", "", src)
         called = {n for n in names if re.search(rf"\b{n}\(", code.replace(f"local function {n}(", ""))}
         assert set(defined) - {"num", "when"} == called, op  # num/when: add_rate_limited's own functions
+        # ... and exactly the key names it uses (each is one concatenation per call)
+        declared = set(re.findall(r"^local ([A-Z]+) = P \.\. '", src, re.MULTILINE))
+        used = {n for n in ("FIFO", "DIRTY", "PROC", "LEASE", "DELAY", "NOTIFY", "FAIL", "BUCKET", "SEQ", "COUNTERS")
+                if re.search(rf"\b{n}\b", re.sub(rf"^local {n} = [^\n]*", "", code, flags=re.MULTILINE))}
+        assert declared == used, op
         rclient.script_load(src)  # Redis compiles it
     assert "expire" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
+    assert re.findall(r"^local ([A-Z]+) = P", script_source("done"), re.MULTILINE) == [
+        "FIFO", "DIRTY", "PROC", "LEASE", "NOTIFY", "COUNTERS"]
 
 
 def test_add_many_is_add_of_each_key_in_order_pipelined(new_queue: Any, rclient: redis.Redis) -> None:

@@ -165,3 +165,102 @@ def test_control_redis_py_default_retries_multiply_the_socket_timeout(redis_url:
             client.ping()
         assert time.monotonic() - start >= 0.3 + 1.5
         client.close()
+
+
+def test_get_that_must_open_a_connection_during_a_cut_raises_within_its_timeout(new_queue: Any, redis_url: str) -> None:
+    # A fresh handle has no connection yet: its get opens one, and the cut proxy accepts it and then swallows the
+    # handshake. The connect is bounded by the get's deadline, not by the socket timeout (3 s).
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        q = new_queue(url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3")
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}"):
+            q.get(timeout=0.5)
+        assert time.monotonic() - start < 0.5 + _DEAD_BOUND
+        proxy.restore()
+        assert q.add("k") == AddResult.QUEUED
+        assert q.get(timeout=1) == "k"
+        assert q.done("k") is False
+
+
+def test_control_opening_a_connection_during_a_cut_hangs_for_the_socket_timeout(redis_url: str) -> None:
+    # Control for the test above: redis-py's own connect (TCP accepted, handshake swallowed) waits the socket timeout.
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        client = redis.Redis.from_url(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3")
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises((redis.exceptions.TimeoutError, redis.exceptions.ConnectionError)):
+            client.ping()
+        assert time.monotonic() - start >= 0.5 + _DEAD_BOUND
+        client.close()
+
+
+_CALLS = {  # the calls bounded by the socket timeout, and what each changes (nothing, on a black hole)
+    "add_many": lambda q: q.add_many(["a", "b"]),
+    "len": lambda q: len(q),
+    "inspect": lambda q: q.inspect(),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_CALLS))
+def test_calls_on_a_dead_connection_raise_after_one_socket_timeout(call: str, new_queue: Any, redis_url: str) -> None:
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        q = new_queue(url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.3")
+        assert q.inspect()["dirty"] == 0 and q.add_many(["warm"]) == [AddResult.QUEUED]  # connections open
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable, match=f"127.0.0.1:{proxy.port}"):
+            _CALLS[call](q)
+        assert time.monotonic() - start < 0.3 + 1.2  # one socket timeout: the client built from a URL never retries
+        proxy.restore()
+        assert q.inspect()["dirty"] == 1  # nothing was applied
+        assert _CALLS[call](q) is not None
+
+
+@pytest.mark.parametrize("call", sorted(_CALLS))
+def test_control_a_retrying_client_multiplies_the_socket_timeout(call: str, new_queue: Any, redis_url: str) -> None:
+    # Control for the test above: a client= whose retry policy resends on timeouts (6 retries here) takes past the
+    # bound, as the docstrings say (socket timeout x (1 + retries)).
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.3, retry=Retry(NoBackoff(), 6))
+        q = new_queue(client=client, url=None)
+        assert q.inspect()["dirty"] == 0 and q.add_many(["warm"]) == [AddResult.QUEUED]
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable):
+            _CALLS[call](q)
+        assert time.monotonic() - start >= 0.3 + 1.2
+        client.close()
+
+
+def test_a_renewal_on_a_dead_connection_gives_up_at_the_beat_interval(new_queue: Any, redis_url: str) -> None:
+    # The heartbeat renews every lease / 3 (0.3 s here) and waits for a renewal's reply that long, not the socket
+    # timeout (3 s): a renewal stuck on a dead connection does not delay the next beat's attempt.
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        q = new_queue(url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3", lease=0.9)
+        q.add("k")
+        assert q.get(timeout=1) == "k"
+        q._stop.set()  # this test drives the renewals itself
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable, match="did not answer renew"):
+            q._renew()
+        assert time.monotonic() - start < 0.3 + _DEAD_BOUND
+        proxy.restore()
+        assert q._renew() is True  # renewed on another connection
+        assert q.done("k") is False
+
+
+def test_control_a_call_bounded_by_the_socket_timeout_waits_it_out(new_queue: Any, redis_url: str) -> None:
+    # Control for the test above: on the same dead connection, len() (bounded by the socket timeout) takes 3 s.
+    with CuttableProxy(redis_port(redis_url)) as proxy:
+        q = new_queue(url=f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=3", lease=0.9)
+        assert len(q) == 0
+        proxy.cut()
+        start = time.monotonic()
+        with pytest.raises(RedisUnavailable):
+            len(q)
+        assert time.monotonic() - start >= 0.3 + _DEAD_BOUND

@@ -55,6 +55,7 @@ GET_MARGIN: Final = 0.5
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 _LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
+_LUA_KEY_NAME = re.compile(r"^local ([A-Z]+) = P \.\. '\w+'$")  # lib.lua's key names, one per line
 
 
 @functools.cache
@@ -84,9 +85,10 @@ def _library() -> tuple[str, tuple[tuple[str, str], ...]]:
 
 @functools.cache
 def script_source(operation: str) -> str:
-    """The Lua text sent for ``operation``: lib.lua's prologue, the library functions the operation calls (directly
-    or through another library function, in lib.lua's order, so each is defined before its callers), then the
-    operation's own file. Redis runs a script's whole text on every call, so unused definitions would cost time."""
+    """The Lua text sent for ``operation``: lib.lua's prologue (of its key names only those the script uses), the
+    library functions the operation calls (directly or through another library function, in lib.lua's order, so
+    each is defined before its callers), then the operation's own file. Redis runs a script's whole text on every
+    call, so unused definitions would cost time."""
     own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
     prologue, functions = _library()
     bodies = dict(functions)
@@ -99,7 +101,10 @@ def script_source(operation: str) -> str:
                 needed.add(name)
                 todo.append(bodies[name])
     linked = "".join(body for name, body in functions if name in needed)
-    return prologue + linked + "\n" + own
+    code = _LUA_COMMENT.sub("", linked + own)
+    kept = "".join(line for line in prologue.splitlines(keepends=True)
+                   if (m := _LUA_KEY_NAME.match(line)) is None or re.search(rf"\b{m.group(1)}\b", code))
+    return kept + linked + "\n" + own
 
 
 @functools.cache
@@ -163,12 +168,12 @@ def translated(url: str, operation: str) -> Iterator[None]:
 
 def read_budget(hard: float | None, socket_timeout: float | None) -> float | None:
     """Seconds one reply of a ``get`` may take: the time left before ``hard`` (a ``time.monotonic()`` deadline: the
-    get's timeout plus :data:`GET_MARGIN`; at least 10 ms), at most ``socket_timeout``. ``None``: no deadline but the
-    socket timeout (which may be none)."""
+    get's timeout plus :data:`GET_MARGIN`; at least 10 ms), at most ``socket_timeout``. ``None``: the socket timeout
+    is the bound (no deadline, or one further away), so the reply is read without changing the socket's timeout."""
     if hard is None:
-        return socket_timeout
+        return None
     left = max(0.01, hard - time.monotonic())
-    return left if socket_timeout is None else min(left, socket_timeout)
+    return left if socket_timeout is None or left < socket_timeout else None
 
 
 def translate(url: str, operation: str, exc: Exception, *, within: float | None = None) -> RedisQueueError:

@@ -35,10 +35,18 @@ from keyqueue.redis._protocol import (
     translate,
     translated,
 )
+from keyqueue.redis._wire import AsyncWire
 from keyqueue.redis.errors import RedisQueueError
 from keyqueue.redis.threaded import RateLimitedHandle, _HandleBase
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+
+
+def _bound(hard: float | None, socket_timeout: float | None) -> float | None:
+    # The seconds a get's round trip may take here: read_budget's, else the socket timeout (a cancellation scope
+    # caps the client's retries too).
+    budget = read_budget(hard, socket_timeout)
+    return socket_timeout if budget is None else budget
 
 
 async def _heartbeat(ref: weakref.ReferenceType[Queue], interval: float) -> None:
@@ -59,8 +67,10 @@ class Queue(_HandleBase):
     """The asyncio twin of :class:`keyqueue.redis.Queue` (same constructor, with a ``redis.asyncio.Redis`` as
     ``client``); see there for the guarantees, leases and errors. Coroutines: ``add``, ``get``, ``done``, ``len``,
     ``inspect``, ``delete``, ``shut_down_with_drain``, ``aclose``; ``async with q.lease() as key`` and
-    ``async for key in q`` call ``done`` on every exit. Time bounds on a dead connection as there; here a ``get``'s
-    deadline (``timeout`` plus 0.5 s) also covers opening a new connection, since each round trip is cancelled at it.
+    ``async for key in q`` call ``done`` on every exit. Time bounds on a dead connection as there (a ``get``'s
+    deadline, ``timeout`` plus 0.5 s, also covers opening a new connection, since each round trip is cancelled at it;
+    the heartbeat's renewal is cancelled after ``lease / 3``; every other call waits at most the socket timeout per
+    attempt of the client's retry policy).
 
     Metrics (``metrics_provider=``) as in the threaded shell. A scrape runs in the scraping thread, outside the event
     loop, so this handle reads the shared depth there through a small synchronous ``redis.Redis`` to the same server
@@ -74,17 +84,20 @@ class Queue(_HandleBase):
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
+        self._wire = AsyncWire(self._client)  # the lean path of every call but add_many (keyqueue.redis._wire)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str]) -> Any:
-        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry, loading on NOSCRIPT.
+        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
+        # loading the script on NOSCRIPT and sending the call once more.
+        sha = self._sha[op]
         try:
             try:
-                return await self._evalsha(self._sha[op], *self._keyargs, *args)
+                return await self._wire.call(self._packer.evalsha(sha, args))
             except NoScriptError:
                 await self._client.script_load(script_source(op))
-                return await self._evalsha(self._sha[op], *self._keyargs, *args)
+                return await self._wire.call(self._packer.evalsha(sha, args))
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
 
@@ -165,7 +178,9 @@ class Queue(_HandleBase):
         if todo is None:
             return not state.shutting_down
         args, pairs = todo
-        state.on_renew(pairs, await self._call("renew", args))
+        # Bounded by the beat interval, as in the threaded shell: a renewal not answered by the next beat is cancelled
+        # (its connection dropped) and the next beat tries again.
+        state.on_renew(pairs, await self._within(self.lease_seconds / 3, "renew", self._call("renew", args)))
         return True
 
     # -- adding -----------------------------------------------------------------------------------------------
@@ -207,14 +222,14 @@ class Queue(_HandleBase):
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(await self._within(read_budget(hard, st), "get", self._call("get", state.get_args())))
+            reply = state.on_get(await self._within(_bound(hard, st), "get", self._call("get", state.get_args())))
             if reply.key is not None:
                 self._ensure_heartbeat()
                 return reply.key
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:  # pass on a wake-up that may have announced an earlier delayed key
-                    await self._within(read_budget(hard, st), "wake", self._call("wake", [state.now_arg()]))
+                    await self._within(_bound(hard, st), "wake", self._call("wake", [state.now_arg()]))
                 raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
             wait = state.block_slice(remaining, reply.wake_in, self._socket_timeout)
             if wait <= 0:
@@ -225,8 +240,8 @@ class Queue(_HandleBase):
                 state.getters += 1
             try:
                 with translated(self.url, "get (waiting)"):
-                    popped = await self._within(wait + GET_MARGIN, "get (waiting)",
-                                                self._client.blpop([state.notify_key, state.wake_key], timeout=wait))
+                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._wire.call(
+                        self._packer.command("BLPOP", state.notify_key, state.wake_key, wait)))
             finally:
                 with state.lock:
                     state.getters -= 1
@@ -361,6 +376,7 @@ class Queue(_HandleBase):
             scrape, self._scrape_client = self._scrape_client, None
         if scrape is not None:
             scrape[0].close()
+        await self._wire.close()
         if self._owns_client:
             await self._client.aclose()
 

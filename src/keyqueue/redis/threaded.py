@@ -1,7 +1,11 @@
 """The threading shell of the Redis-backed queues: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`.
 
-Each handle talks to Redis through a ``redis.Redis`` client (thread-safe: one connection per concurrent call from
-its pool). Every operation is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
+Each handle talks to Redis on connections of its own, opened with its ``redis.Redis`` client's settings (address,
+credentials, timeouts, retry policy) and kept until :meth:`Queue.close`: as many as it had calls at the same time
+(each blocked ``get`` holds one); they are not drawn from the client's pool, so its ``max_connections`` does not
+count them. The hot calls go through redis-py's connection and reply parser directly
+(:mod:`keyqueue.redis._wire`); ``add_many``, wake-ups and script loading go through the client itself. Every operation
+is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
 One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
 this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` until
 :meth:`Queue.close` (or until the handle is shut down with nothing held, or garbage-collected).
@@ -42,6 +46,7 @@ from keyqueue.redis._protocol import (
     translate,
     translated,
 )
+from keyqueue.redis._wire import Packer, SyncWire
 from keyqueue.redis.errors import LeaseLost, RedisQueueError
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
@@ -122,9 +127,15 @@ class _HandleBase:
         self.url = shown
         self.clock = clock
         self.lease_seconds = state.lease
-        self._evalsha = client.evalsha
         self._sha = {op: script_sha(op) for op in OPERATIONS}
         self._keyargs = (1, state.prefix)  # EVALSHA's numkeys and KEYS: the queue's prefix (see lib.lua)
+        pool = getattr(client, "connection_pool", None)
+        if pool is None or not hasattr(pool, "connection_kwargs"):
+            raise TypeError(f"client must be a redis.{'asyncio.' if self._ASYNC else ''}Redis (with a connection "
+                            f"pool), got {type(client).__name__}")
+        kwargs = pool.connection_kwargs
+        self._packer = Packer(state.prefix, encoding=kwargs.get("encoding", "utf-8"),
+                              errors=kwargs.get("encoding_errors", "strict"))
         self._socket_timeout = socket_timeout_of(client)
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
@@ -203,13 +214,19 @@ class Queue(_HandleBase):
     How long a call can take when the connection goes dead (the peer stops answering, nothing resets it):
 
     - ``get(timeout=t)`` raises ``RedisUnavailable`` at most ``t + GET_MARGIN`` (0.5 s) after it was called: every
-      reply it waits for is read with that deadline, on a connection it takes from the client's pool for the one
-      command, with no retry whatever the client's retry policy. (``timeout=None``: each reply waits at most the
-      socket timeout.) Opening a new connection (none idle in the pool) is bounded by the client's
-      ``socket_connect_timeout`` and socket timeout instead.
-    - Every other call waits at most the client's socket timeout for its reply — times ``1 + retries`` plus the
+      reply it waits for is read with that deadline, sent once whatever the client's retry policy, and opening a
+      connection first (none idle, or the idle one was closed) is bounded by the same deadline: the connect runs on
+      a helper thread (``keyqueue-redis-connect``) and the get stops waiting for it at the deadline (a connect that
+      completes later keeps its connection for the next call). (``timeout=None``: each reply waits at most the
+      socket timeout, a connect at most the connect and socket timeouts.)
+    - The heartbeat's renewal waits at most ``lease / 3`` (the beat interval) for its reply, sent once: a renewal that
+      did not answer by then is given up and the next beat tries again on another connection.
+    - Every other call (``add``, ``add_many``, ``done``, ``len``, ``inspect``, ``add_after``, ``add_rate_limited``,
+      ``forget``, ``num_requeues``, ``delete``) waits at most the client's socket timeout for its reply (and
+      ``socket_connect_timeout`` plus the socket timeout to open a connection) — times ``1 + retries`` plus the
       backoff for a ``client=`` whose retry policy resends on timeouts (``redis.Redis(host=...)`` defaults to 10
       retries with up to 1 s backoff; a client built from a URL, redis-py's ``from_url`` or keyqueue's, has none).
+      ``add_many`` waits so for each batch of 1,000 adds; the first batch that fails raises.
     - A script is atomic on the server: a call that timed out either ran entirely or not at all, and which one is
       not known. An ``add`` sent again changes nothing if the first one ran (``DEDUP``/``MARKED``). A ``done`` that
       raised ``RedisUnavailable`` keeps the key held: call it again; if the first one did run, the second finds the
@@ -234,46 +251,39 @@ class Queue(_HandleBase):
     def _init_shell(self) -> None:
         # After the handle's state exists (_HandleBase.__init__), before metrics and the clock can call back.
         self._idle = threading.Condition(self._state.lock)  # shut_down_with_drain() waits here for held keys to finish
+        self._wire = SyncWire(self._client)  # the lean path of every call but add_many (see keyqueue.redis._wire)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua); the script is loaded when Redis does not
-        # know it (first use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua), on the lean path (one connection of
+        # this handle's, the connection's retry policy); the script is loaded when Redis does not know it (first
+        # use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        sha = self._sha[op]
         try:
             try:
-                return self._evalsha(self._sha[op], *self._keyargs, *args)
+                return self._wire.call(self._packer.evalsha(sha, args))
             except NoScriptError:
                 self._client.script_load(script_source(op))
-                return self._evalsha(self._sha[op], *self._keyargs, *args)
+                return self._wire.call(self._packer.evalsha(sha, args))
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
 
-    def _command_within(self, budget: float | None, *command: Any) -> Any:
-        # One command on a connection taken from the client's pool for it alone, its reply awaited at most ``budget``
-        # seconds (None: the socket timeout) and never resent. A reply that does not come in time disconnects that
-        # connection (redis-py drops it on any read error), so no late reply can be read by a later command.
-        pool = self._client.connection_pool
-        conn = pool.get_connection()
-        try:
-            conn.send_command(*command)
-            return conn.read_response() if budget is None else conn.read_response(timeout=budget)
-        finally:
-            pool.release(conn)
-
     def _call_by(self, hard: float | None, op: str, args: list[str]) -> Any:
-        # As _call, for get: the reply awaited until ``hard`` (a monotonic deadline; None: the socket timeout).
-        command = ("EVALSHA", self._sha[op], *self._keyargs, *args)
+        # As _call, with every reply awaited (and a connection opened, if one must be) until ``hard`` (a monotonic
+        # deadline; at most the socket timeout per reply), sent without retries: get's round trips and renew's.
+        sha = self._sha[op]
+        packed = self._packer.evalsha(sha, args)
         budget = read_budget(hard, self._socket_timeout)
         try:
             try:
-                return self._command_within(budget, *command)
+                return self._wire.command_within(budget, packed, deadline=hard)
             except NoScriptError:
                 self._client.script_load(script_source(op))
                 budget = read_budget(hard, self._socket_timeout)
-                return self._command_within(budget, *command)
+                return self._wire.command_within(budget, packed, deadline=hard)
         except RedisError as exc:
             raise translate(self.url, op, exc, within=budget) from exc
 
@@ -335,7 +345,9 @@ class Queue(_HandleBase):
         if todo is None:
             return not state.shutting_down
         args, pairs = todo
-        state.on_renew(pairs, self._call("renew", args))
+        # Bounded by the beat interval: a renewal that has not answered by the next beat is given up (its connection
+        # dropped); the next beat tries again on another connection.
+        state.on_renew(pairs, self._call_by(time.monotonic() + self.lease_seconds / 3, "renew", args))
         return True
 
     # -- adding -----------------------------------------------------------------------------------------------
@@ -357,9 +369,11 @@ class Queue(_HandleBase):
         producer's burst, an informer's initial list). Each add is its own atomic script with :meth:`add`'s result;
         the batch is not one transaction: other handles' calls may run between two of its adds. Every key is
         checked first (``TypeError`` for a non-``str`` key, or for a single ``str`` passed as ``keys``; nothing is
-        sent). After this handle's shutdown every result is ``DROPPED``. ``RedisUnavailable`` /
-        ``RedisQueueError`` can leave a prefix of the batch applied (each add whole or not at all); sending the
-        batch again is safe, since adding a key that is already dirty changes nothing (``DEDUP``)."""
+        sent). After this handle's shutdown every result is ``DROPPED``. ``RedisUnavailable`` after one socket
+        timeout per batch of 1,000 at most (times ``1 + retries`` of a ``client=``'s retry policy, see the class);
+        ``RedisUnavailable`` / ``RedisQueueError`` can leave a prefix of the batch applied (each add whole or not
+        at all); sending the batch again is safe, since adding a key that is already dirty changes nothing
+        (``DEDUP``)."""
         state = self._state
         arg_lists = state.add_many_args(keys)
         if state.shutting_down:
@@ -409,7 +423,8 @@ class Queue(_HandleBase):
             budget = wait + GET_MARGIN  # wait <= remaining: within the hard deadline
             try:
                 try:
-                    popped = self._command_within(budget, "BLPOP", state.notify_key, state.wake_key, wait)
+                    popped = self._wire.command_within(
+                        budget, self._packer.command("BLPOP", state.notify_key, state.wake_key, wait), deadline=hard)
                 except RedisError as exc:
                     raise translate(self.url, "get (waiting)", exc, within=budget) from exc
             finally:
@@ -475,7 +490,8 @@ class Queue(_HandleBase):
 
     def __len__(self) -> int:
         """Keys waiting in Redis to be handed out (after firing due delayed keys and reclaiming run-out leases),
-        over all handles. One round trip. Informational."""
+        over all handles. One round trip. Informational. ``RedisUnavailable`` after the socket timeout at most (times
+        ``1 + retries`` of a ``client=``'s retry policy, see the class)."""
         return self._state.on_len(self._call("len", [self._state.now_arg()]))[0]
 
     def _depth(self) -> int:
@@ -484,7 +500,8 @@ class Queue(_HandleBase):
 
     def inspect(self) -> dict[str, int]:
         """The queue's shared state in one read: ``dirty`` (client-go's depth), ``queued``, ``processing``,
-        ``delayed``, and the counters ``expired`` (leases that ran out) and ``redelivered``."""
+        ``delayed``, and the counters ``expired`` (leases that ran out) and ``redelivered``. One round trip;
+        ``RedisUnavailable`` after the socket timeout at most (as :meth:`__len__`)."""
         r = self._call("inspect", [""])
         return dict(zip(("dirty", "queued", "processing", "delayed", "expired", "redelivered"),
                         (int(x) for x in r), strict=True))
@@ -545,6 +562,7 @@ class Queue(_HandleBase):
         self.shut_down()
         self._stop.set()
         detach(self._state.metrics)
+        self._wire.close()
         if self._owns_client:
             self._client.close()
 

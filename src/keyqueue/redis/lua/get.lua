@@ -15,7 +15,10 @@
 local now = now_us()
 local expired, reclaimed = expire(now)
 local fired, promoted = promote(now)
-local head = fired .. ' ' .. (reclaimed + promoted) .. ' '
+local head = '0 0 ' -- the common case, without formatting two numbers
+if fired > 0 or reclaimed + promoted > 0 then
+  head = fired .. ' ' .. (reclaimed + promoted) .. ' '
+end
 local reply
 local key = redis.call('LPOP', FIFO)
 if not key then

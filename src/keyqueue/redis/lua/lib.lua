@@ -1,7 +1,8 @@
 -- keyqueue Redis library: the functions every operation script may use. It never runs on its own: the text sent
 -- for an operation is this prologue (down to the first function), then only the functions the operation calls
 -- (directly or through another function), then the operation's own file (keyqueue.redis._protocol.script_source
--- links them). Defining a function costs Redis time on every call, so a script carries only what it uses.
+-- links them). Defining a function or a key name costs Redis time on every call, so a script carries only what it
+-- uses.
 --
 -- One queue is the keys under one hash tag, so every script can touch all of them on Redis Cluster too.
 -- KEYS[1] is the queue's key prefix "kq:{name}:" (not a key itself): it routes the call to the hash slot of {name}
@@ -26,10 +27,18 @@
 -- Numbers passed to redis.call are formatted by Redis with 17 significant digits, exact for the integer
 -- microsecond times used here; only text built in Lua (replies, hash values) needs int() (Lua's own number
 -- formatting keeps 14 digits).
+-- One key name per line: a script keeps only the names its code uses (script_source drops the others).
 local P = KEYS[1]
-local FIFO, DIRTY, PROC, LEASE, DELAY, NOTIFY = P .. 'fifo', P .. 'dirty', P .. 'proc', P .. 'lease', P .. 'delay',
-  P .. 'notify'
-local FAIL, BUCKET, SEQ, COUNTERS = P .. 'fail', P .. 'bucket', P .. 'seq', P .. 'counters'
+local FIFO = P .. 'fifo'
+local DIRTY = P .. 'dirty'
+local PROC = P .. 'proc'
+local LEASE = P .. 'lease'
+local DELAY = P .. 'delay'
+local NOTIFY = P .. 'notify'
+local FAIL = P .. 'fail'
+local BUCKET = P .. 'bucket'
+local SEQ = P .. 'seq'
+local COUNTERS = P .. 'counters'
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
