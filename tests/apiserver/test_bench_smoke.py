@@ -21,3 +21,7 @@ def test_bench_apiserver_smoke(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"storage txn", "http floor", "update", "patch", "write->watch"}
     assert all(r["n"] == 20 and r["median_ms"] > 0 for r in report["results"].values())
+    # CPU per operation: the measuring thread always; the server's threads for every row through HTTP
+    assert all(r["client_cpu_us"] > 0 for r in report["results"].values())
+    assert all(r["server_cpu_us"] > 0 for name, r in report["results"].items() if name != "storage txn")
+    assert "etcd_cpu_us" in report["results"]["update"]
