@@ -7,7 +7,12 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
 * an object's ``resourceVersion`` is its key's ``mod_revision``; a list's is the
   revision it was read at;
 * create is a transaction on ``version == 0`` (else 409 AlreadyExists);
-* update and patch are a read followed by a transaction on ``mod_revision``.
+* update and patch are a transaction on ``mod_revision`` from the newest state
+  this registry saw for the key (its own writes, its reads and the watch events
+  it delivered; decoded once and shared), with a read from the backend only when
+  there is none, when the compare fails, or before an answer that a stale state
+  could get wrong (an error, a no-op): one etcd round trip in the common case, as
+  kube-apiserver's ``GuaranteedUpdate`` with its watch cache.
   When the client gave a ``resourceVersion`` (in a PUT body or inside a patch)
   a mismatch is 409 Conflict; without one the read-modify-write is retried
   until it wins (kube-apiserver's ``GuaranteedUpdate``).  An update that does not
@@ -25,9 +30,10 @@ A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orph
 ``foregroundDeletion``; :mod:`.gc`, whose collector thread acts on them and on ``ownerReferences``).
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch cache
-(watches and lists go to the backend), and a namespace's deletion is done within
-the DELETE call (no namespace controller):
+namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
+cache for lists and gets (they read the backend; its watches are shared instead: the registry asks the backend to
+serve all of them, the garbage collector's included, from one stream, :meth:`~.storage.Backend.share_watches`), and
+a namespace's deletion is done within the DELETE call (no namespace controller):
 the namespace is marked ``Terminating`` (creates in it are then refused with
 403 ``NamespaceTerminating``; every create's transaction also requires the
 namespace's ``mod_revision`` it checked, so none slips in), its objects are

@@ -2,7 +2,8 @@
 
 Served by aiohttp on one asyncio event loop (:mod:`keyqueue._httpserver`, which adds the connection limit, and the
 header, idle and body limits), HTTP/1.1 keep-alive and ``TCP_NODELAY`` (asyncio's default).  Storage calls that
-may block (etcd) run in a bounded thread pool; the in-memory backend is called on the loop.  Request bodies are
+may block (etcd) run in a bounded pool of threads (:class:`_StoragePool`); the in-memory backend is called on the
+loop.  Request bodies are
 always read in full (DELETE's too), counted as they arrive, so a keep-alive connection never desynchronises and
 no body beyond 3 MiB is held.  Answers are JSON; every error, also one aiohttp answers itself (a malformed
 request, an unknown method), is a ``Status`` object; watches are chunked streams of JSON lines, each with a bounded

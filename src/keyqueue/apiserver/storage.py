@@ -3,7 +3,9 @@
 Two implementations share one interface, :class:`Backend`:
 
 * :class:`EtcdBackend` talks to a real etcd over gRPC (the stubs shipped by
-  ``python3-etcd3``).
+  ``python3-etcd3``); the watches under a prefix given to ``share_watches`` share
+  one etcd stream (a hub with a buffer of recent events, like kube-apiserver's
+  watch cache for watches).
 * :class:`MemoryBackend` keeps everything in a dict but reproduces what the API
   server relies on: a single store revision that every write bumps,
   ``create_revision``/``mod_revision``/``version`` per key, transactions that
