@@ -142,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
               f"| client CPU/op {s.client_cpu / s.ops * 1e6:,.0f} µs")
     if len(sides) == 2:
         a, b = sides
-        print(f"ratio {b.name}/{a.name}: API server CPU {b.server_ticks / b.ops / (a.server_ticks / a.ops):.3f}, "
-              f"etcd CPU {b.etcd_ticks / b.ops / (a.etcd_ticks / a.ops):.3f}, "
-              f"p50 {statistics.median(b.latencies) / statistics.median(a.latencies):.3f}")
+
+        def ratio(x: float, y: float) -> str:  # a few operations can be under one 10 ms tick
+            return f"{x / y:.3f}" if y else "n/a (too few ticks)"
+
+        print(f"ratio {b.name}/{a.name}: API server CPU {ratio(b.server_ticks / b.ops, a.server_ticks / a.ops)}, "
+              f"etcd CPU {ratio(b.etcd_ticks / b.ops, a.etcd_ticks / a.ops)}, "
+              f"p50 {ratio(statistics.median(b.latencies), statistics.median(a.latencies))}")
     return 0
 
 

@@ -308,16 +308,17 @@ class Registry:
             obj = from_stored(rt, obj)
         return _with_rv(obj, rv if rv is not None else kv.mod_revision)
 
-    def _shared(self, kv: KeyValue, rt: ResourceType) -> dict[str, Any]:
+    def _shared(self, kv: KeyValue, rt: ResourceType, remember: bool = True) -> dict[str, Any]:
         """:meth:`decode` of ``kv`` as ``rt`` serves it, parsed at most once per state: the result is shared (with
         the answer to the write that stored it, other watches, the next update's starting point) and must not be
-        modified."""
+        modified.  ``remember=False``: a state that is gone (the last one before a delete) is not kept."""
         if not _plain(rt):
             return self.decode(kv, rt=rt)
         obj = self._recent.decoded(kv)
         if obj is None:
             obj = self.decode(kv, rt=rt)
-            self._recent.put(kv, obj)
+            if remember:
+                self._recent.put(kv, obj)
         return obj
 
     def _written(self, rt: ResourceType, kv: KeyValue, stored: dict[str, Any]) -> dict[str, Any]:
@@ -1192,7 +1193,7 @@ class ObjectWatch:
             self.last_rv = max(self.last_rv, rev)
             old: dict[str, Any] | None = None
             if ev.prev is not None and (ev.type == "DELETE" or not match_all):  # else only its presence matters
-                old = _with_rv(dict(reg._shared(ev.prev, rt)), rev)  # a copy: its own resourceVersion
+                old = _with_rv(dict(reg._shared(ev.prev, rt, ev.type != "DELETE")), rev)  # a copy: its own RV
             old_match = ev.prev is not None and (match_all or (old is not None and self._matcher.matches(old)))
             if ev.type == "DELETE":
                 if old is not None and old_match:
