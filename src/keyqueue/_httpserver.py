@@ -88,6 +88,15 @@ async def read_body(request: web.BaseRequest, limits: HTTPLimits) -> bytes:
     length = request.content_length
     if length is not None and length > limits.max_body:
         raise BodyError(413, f"request body of {length} bytes exceeds the limit of {limits.max_body} bytes")
+    content = request.content
+    if content.is_eof():  # all of it arrived with the headers (the common small body): no timer, no wait
+        try:
+            data = content.read_nowait(-1)
+        except Exception as exc:  # a payload error aiohttp recorded
+            raise BodyError(400, f"request body: {type(exc).__name__}: {exc}") from None
+        if len(data) > limits.max_body:
+            raise BodyError(413, f"request body exceeds the limit of {limits.max_body} bytes")
+        return data
     parts: list[bytes] = []
     size = 0
     try:

@@ -54,6 +54,8 @@ BAD_WATCH_QUERIES = [
 
 def test_invalid_watch_parameters_are_refused_before_anything_opens(server: TestAPIServer, conn: Conn) -> None:
     assert conn.request("GET", "/api/v1/namespaces/default/configmaps")[0] == 200  # the storage pool has a thread
+    gc: Any = server.server._gc
+    assert _wait_for(lambda: gc._watch is not None)  # and the garbage collector's watch (its thread) is open
     before_watches = _open_watches(server)
     before_threads = threading.active_count()
     for i in range(30):

@@ -12,13 +12,17 @@ from keyqueue.apiserver import EtcdBackend, EtcdProcess, MemoryBackend
 from keyqueue.apiserver.storage import Backend, CompactedError, FutureRevisionError, WatchBatch, WatchEvent
 
 
-@pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.etcd)])
+@pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.etcd),
+                        pytest.param("etcd-shared", marks=pytest.mark.etcd)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each backend; ``etcd-shared`` serves the watches under ``/test-`` from one stream (``share_watches``)."""
     if request.param == "memory":
         b: Backend = MemoryBackend()
     else:
         etcd: EtcdProcess = request.getfixturevalue("etcd_proc")
         b = EtcdBackend(etcd.endpoint)
+        if request.param == "etcd-shared":
+            b.share_watches("/test-")
     yield b
     b.close()
 

@@ -691,9 +691,29 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
 
+def _has_out_of_range_int(obj: Mapping[str, Any]) -> bool:
+    """True if an integer outside int64 is anywhere in ``obj`` (``managedFields`` left out, as below)."""
+    stack: list[Any] = [v for k, v in obj.items() if k != "managedFields"]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is int:
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                return True
+        elif kind is dict:
+            stack.extend(v for k, v in value.items() if k != "managedFields")
+        elif kind is list:
+            stack.extend(value)
+        elif isinstance(value, Mapping | list | int) and not isinstance(value, bool):
+            return True  # an unusual container or int subclass: let the full walk decide
+    return False
+
+
 def _int64_causes(obj: Mapping[str, Any]) -> list[_Cause]:
     """Integers Kubernetes keeps as int64 (``metadata.generation``, ...) must fit: anywhere in the object, an
     integer outside int64 would be stored and then break every client that reads it."""
+    if not _has_out_of_range_int(obj):  # the common case, without building a path per value
+        return []
     causes: list[_Cause] = []
     stack: list[tuple[str, Any]] = [("", obj)]
     while stack:

@@ -7,7 +7,12 @@ Layout and concurrency follow kube-apiserver's etcd3 storage:
 * an object's ``resourceVersion`` is its key's ``mod_revision``; a list's is the
   revision it was read at;
 * create is a transaction on ``version == 0`` (else 409 AlreadyExists);
-* update and patch are a read followed by a transaction on ``mod_revision``.
+* update and patch are a transaction on ``mod_revision`` from the newest state
+  this registry saw for the key (its own writes, its reads and the watch events
+  it delivered; decoded once and shared), with a read from the backend only when
+  there is none, when the compare fails, or before an answer that a stale state
+  could get wrong (an error, a no-op): one etcd round trip in the common case, as
+  kube-apiserver's ``GuaranteedUpdate`` with its watch cache.
   When the client gave a ``resourceVersion`` (in a PUT body or inside a patch)
   a mismatch is 409 Conflict; without one the read-modify-write is retried
   until it wins (kube-apiserver's ``GuaranteedUpdate``).  An update that does not
@@ -25,9 +30,10 @@ A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orph
 ``foregroundDeletion``; :mod:`.gc`, whose collector thread acts on them and on ``ownerReferences``).
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch cache
-(watches and lists go to the backend), and a namespace's deletion is done within
-the DELETE call (no namespace controller):
+namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
+cache for lists and gets (they read the backend; its watches are shared instead: the registry asks the backend to
+serve all of them, the garbage collector's included, from one stream, :meth:`~.storage.Backend.share_watches`), and
+a namespace's deletion is done within the DELETE call (no namespace controller):
 the namespace is marked ``Terminating`` (creates in it are then refused with
 403 ``NamespaceTerminating``; every create's transaction also requires the
 namespace's ``mod_revision`` it checked, so none slips in), its objects are
@@ -188,35 +194,68 @@ def _with_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
     return obj
 
 
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _plain(rt: ResourceType) -> bool:
+    """True if ``rt`` serves objects exactly as they are stored (no conversion, no renames, not a CRD, whose
+    decoded form the catalogue keeps parts of): its decoded objects may be shared (:meth:`Registry._shared`)."""
+    return rt.custom is None and not rt.renames and rt is not CRDS
+
+
 class _RecentStates:
-    """The newest state this process saw per key (bounded LRU).
+    """The newest state this process saw per key (bounded LRU), with its decoded API form when known.
 
     A key's value at a given ``mod_revision`` never changes, so an entry can be
-    out of date but never wrong about the revision it claims.
+    out of date but never wrong about the revision it claims.  The decoded form
+    (``metadata.resourceVersion`` = the ``mod_revision``) is shared by every
+    reader and must never be modified: it lets an update start from the object
+    it wrote last and a watch event reuse the object its write answered with,
+    instead of parsing the stored JSON again.  Bounded by ``capacity`` entries
+    and by ``max_bytes`` of stored values.
     """
 
-    def __init__(self, capacity: int = 10_000) -> None:
+    def __init__(self, capacity: int = 10_000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, KeyValue] = OrderedDict()
+        self._items: OrderedDict[str, tuple[KeyValue, dict[str, Any] | None]] = OrderedDict()
 
     def get(self, key: str) -> KeyValue | None:
         with self._lock:
-            return self._items.get(key)
+            item = self._items.get(key)
+        return item[0] if item is not None else None
 
-    def put(self, kv: KeyValue) -> None:
+    def decoded(self, kv: KeyValue) -> dict[str, Any] | None:
+        """The shared decoded form of ``kv`` if this is the state held for its key (same ``mod_revision``)."""
+        with self._lock:
+            item = self._items.get(kv.key)
+        if item is None or item[0].mod_revision != kv.mod_revision:
+            return None
+        return item[1]
+
+    def put(self, kv: KeyValue, decoded: dict[str, Any] | None = None) -> None:
         with self._lock:
             have = self._items.get(kv.key)
-            if have is not None and have.mod_revision >= kv.mod_revision:
-                return
-            self._items[kv.key] = kv
+            if have is not None:
+                if have[0].mod_revision > kv.mod_revision or (
+                        have[0].mod_revision == kv.mod_revision and (have[1] is not None or decoded is None)):
+                    return
+                self._bytes -= len(have[0].value)
+            self._items[kv.key] = (kv, decoded)
             self._items.move_to_end(kv.key)
-            if len(self._items) > self._capacity:
-                self._items.popitem(last=False)
+            self._bytes += len(kv.value)
+            while len(self._items) > self._capacity or (self._bytes > self._max_bytes and len(self._items) > 1):
+                _key, (old, _obj) = self._items.popitem(last=False)
+                self._bytes -= len(old.value)
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._items.pop(key, None)
+            item = self._items.pop(key, None)
+            if item is not None:
+                self._bytes -= len(item[0].value)
 
 
 class Registry:
@@ -237,6 +276,7 @@ class Registry:
         self._watches: set[ObjectWatch] = set()
         self._lock = threading.Lock()
         self._recent = _RecentStates()
+        backend.share_watches(self.prefix + "/")  # every watch of this registry (and its GC) is under it
 
     # ------------------------------------------------------------------ keys and codec
     def key(self, rt: ResourceType, namespace: str | None, name: str) -> str:
@@ -252,9 +292,13 @@ class Registry:
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
         """The stored form: canonical JSON of the stored type (:func:`~.objects.stored_type`) without
         ``resourceVersion`` and ``selfLink``."""
+        return _dumps(self._stored_form(rt, obj))
+
+    @staticmethod
+    def _stored_form(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """What :meth:`encode` serialises (a new dict; leaves may be shared with ``obj``)."""
         meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "selfLink")}
-        stored = canonical(stored_type(rt), to_stored(rt, {**obj, "metadata": meta}))
-        return json.dumps(stored, separators=(",", ":"), ensure_ascii=False).encode()
+        return canonical(stored_type(rt), to_stored(rt, {**obj, "metadata": meta}))
 
     def decode(self, kv: KeyValue, rv: int | None = None, rt: ResourceType | None = None) -> dict[str, Any]:
         """The API form of a stored value as ``rt`` serves it (as stored if ``None``), with ``resourceVersion`` =
@@ -263,6 +307,29 @@ class Registry:
         if rt is not None:
             obj = from_stored(rt, obj)
         return _with_rv(obj, rv if rv is not None else kv.mod_revision)
+
+    def _shared(self, kv: KeyValue, rt: ResourceType, remember: bool = True) -> dict[str, Any]:
+        """:meth:`decode` of ``kv`` as ``rt`` serves it, parsed at most once per state: the result is shared (with
+        the answer to the write that stored it, other watches, the next update's starting point) and must not be
+        modified.  ``remember=False``: a state that is gone (the last one before a delete) is not kept."""
+        if not _plain(rt):
+            return self.decode(kv, rt=rt)
+        obj = self._recent.decoded(kv)
+        if obj is None:
+            obj = self.decode(kv, rt=rt)
+            if remember:
+                self._recent.put(kv, obj)
+        return obj
+
+    def _written(self, rt: ResourceType, kv: KeyValue, stored: dict[str, Any]) -> dict[str, Any]:
+        """After ``stored`` (:meth:`_stored_form`) was written as ``kv``: the API form, remembered for the update
+        and the watch events that follow (for ``rt`` whose API form is its stored form, without parsing)."""
+        if not _plain(rt):
+            self._recent.put(kv)
+            return self.decode(kv, rt=rt)
+        obj = _with_rv(stored, kv.mod_revision)
+        self._recent.put(kv, obj)
+        return obj
 
     # ------------------------------------------------------------------ setup
     def ensure_namespaces(self, names: tuple[str, ...] = SYSTEM_NAMESPACES) -> None:
@@ -480,11 +547,11 @@ class Registry:
                 if kv is not None:
                     raise errors.already_exists(rt.qualified_name, meta["name"])
                 return obj
-            result = self._backend_call(self.backend.create, key, self.encode(rt, obj), guard)
+            stored = self._stored_form(rt, obj)
+            result = self._backend_call(self.backend.create, key, _dumps(stored), guard)
             if result.succeeded:
                 assert result.kv is not None
-                self._recent.put(result.kv)
-                created = self.decode(result.kv, rt=rt)
+                created = self._written(rt, result.kv, stored)
                 if rt is CRDS:
                     self._serve_crd(created)
                 return created
@@ -536,7 +603,7 @@ class Registry:
             if kv is None:
                 self._recent.forget(key)
                 raise errors.not_found(rt.qualified_name, name)
-            current = self.decode(kv, rt=rt)
+            current = self._shared(kv, rt)
             try:
                 new = mutate(_clone(current))
             except APIError:
@@ -545,7 +612,8 @@ class Registry:
                 kv, _ = self._backend_call(self.backend.get, key)
                 confirmed = True
                 continue
-            data = self.encode(rt, new)
+            stored = self._stored_form(rt, new)
+            data = _dumps(stored)
             if data == kv.value:
                 if not confirmed:
                     kv, _ = self._backend_call(self.backend.get, key)
@@ -571,8 +639,7 @@ class Registry:
             result = self._backend_call(self.backend.update, key, data, kv.mod_revision)
             if result.succeeded:
                 assert result.kv is not None
-                self._recent.put(result.kv)
-                updated = self.decode(result.kv, rt=rt)
+                updated = self._written(rt, result.kv, stored)
                 if rt is CRDS:
                     self._serve_crd(updated)
                 return updated
@@ -1049,7 +1116,8 @@ class Registry:
 
 
 class ObjectWatch:
-    """The events of one watch request, as JSON-ready dicts.  Used by one thread; ``close`` from any."""
+    """The events of one watch request, as JSON-ready dicts (shared with other readers of the same state: read
+    them, never modify them).  Used by one thread; ``close`` from any."""
 
     def __init__(
         self,
@@ -1118,27 +1186,30 @@ class ObjectWatch:
                 return None
 
     def _convert(self, batch: tuple[Any, ...]) -> list[dict[str, Any]]:
-        reg, out = self._registry, []
+        reg, rt, match_all = self._registry, self.rt, self._matcher.match_all
+        out: list[dict[str, Any]] = []
         for ev in batch:
             rev = ev.kv.mod_revision
             self.last_rv = max(self.last_rv, rev)
-            old = reg.decode(ev.prev, rev, self.rt) if ev.prev is not None else None
-            old_match = old is not None and self._matcher.matches(old)
+            old: dict[str, Any] | None = None
+            if ev.prev is not None and (ev.type == "DELETE" or not match_all):  # else only its presence matters
+                old = _with_rv(dict(reg._shared(ev.prev, rt, ev.type != "DELETE")), rev)  # a copy: its own RV
+            old_match = ev.prev is not None and (match_all or (old is not None and self._matcher.matches(old)))
             if ev.type == "DELETE":
                 if old is not None and old_match:
                     out.append({"type": "DELETED", "object": old})
                 continue
-            new = reg.decode(ev.kv, rt=self.rt)
-            new_match = self._matcher.matches(new)
+            new = reg._shared(ev.kv, rt)
+            new_match = match_all or self._matcher.matches(new)
             if ev.kv.create_revision == rev:
                 if new_match:
                     out.append({"type": "ADDED", "object": new})
-            elif old is None:  # previous state unknown (compacted): assume it matched iff no selector
+            elif ev.prev is None:  # previous state unknown (compacted): assume it matched iff no selector
                 if new_match:
-                    out.append({"type": "MODIFIED" if self._matcher.match_all else "ADDED", "object": new})
+                    out.append({"type": "MODIFIED" if match_all else "ADDED", "object": new})
             elif new_match:
                 out.append({"type": "MODIFIED" if old_match else "ADDED", "object": new})
-            elif old_match:
+            elif old_match:  # not match_all: old was decoded
                 out.append({"type": "DELETED", "object": old})
         return out
 

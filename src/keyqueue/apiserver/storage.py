@@ -3,7 +3,9 @@
 Two implementations share one interface, :class:`Backend`:
 
 * :class:`EtcdBackend` talks to a real etcd over gRPC (the stubs shipped by
-  ``python3-etcd3``).
+  ``python3-etcd3``); the watches under a prefix given to ``share_watches`` share
+  one etcd stream (a hub with a buffer of recent events, like kube-apiserver's
+  watch cache for watches).
 * :class:`MemoryBackend` keeps everything in a dict but reproduces what the API
   server relies on: a single store revision that every write bumps,
   ``create_revision``/``mod_revision``/``version`` per key, transactions that
@@ -22,6 +24,7 @@ import abc
 import bisect
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -238,6 +241,12 @@ class Backend(abc.ABC):
     def check(self, timeout: float) -> None:
         """Raise :class:`BackendUnavailableError` unless the backend answers within ``timeout`` seconds."""
         self.revision()
+
+    def share_watches(self, prefix: str) -> None:
+        """A hint: from now on, many watches will be under ``prefix``; a backend may serve them from one shared
+        stream (:class:`EtcdBackend` does; the semantics of :meth:`watch` are the same either way).  The default
+        does nothing."""
+        return
 
     @abc.abstractmethod
     def revision(self) -> int:
@@ -601,6 +610,183 @@ class _EtcdWatch(BackendWatch):
         self._thread.join(timeout=5)
 
 
+class _HubWatch(BackendWatch):
+    """One watch served by a :class:`_WatchHub`: its events (the hub's, under ``prefix``, from ``start``) are
+    queued by the hub's reader thread."""
+
+    def __init__(self, hub: _WatchHub, prefix: str, start: int, max_pending: int) -> None:
+        self._hub = hub
+        self.prefix = prefix
+        self.start = start
+        self._max_pending = max_pending
+        self._pending = 0  # events queued, not yet taken by next(); under _count_lock
+        self._count_lock = threading.Lock()
+        self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
+        self._replay: WatchBatch | None = None  # the buffered events it started with (not counted in _pending)
+        self._closed = False
+
+    def offer(self, batch: WatchBatch) -> bool:
+        """Queue ``batch`` (the hub's reader, with the hub's lock held); False when this watch overflowed and was
+        ended (the caller then drops it)."""
+        count = max(1, len(batch.events))
+        with self._count_lock:
+            overflow = self._pending + count > self._max_pending and self._pending > 0
+            if not overflow:
+                self._pending += count
+        if overflow:
+            self._overflowed = True
+            self.fail(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
+            return False
+        self._out.put(batch)
+        self._notify()
+        return True
+
+    def fail(self, exc: BaseException) -> None:
+        self._out.put(exc)
+        self._notify()
+
+    def next(self, timeout: float | None) -> WatchBatch | None:
+        if self._closed and self._out.empty():
+            raise EOFError("watch closed")
+        try:
+            item = self._out.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            self._out.put(item)  # sticky: every later call raises again
+            raise item
+        if item is self._replay:
+            self._replay = None
+        else:
+            with self._count_lock:
+                self._pending -= max(1, len(item.events))
+        return item
+
+    def request_progress(self) -> None:
+        """Answered at once by the hub (etcd's periodic notifications reach this watch too, but etcd sends them only
+        while the hub's stream is idle, which a busy root seldom is)."""
+        self._hub.progress(self)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._hub.unsubscribe(self)
+        self.fail(EOFError("watch closed"))
+
+
+class _WatchHub(_EtcdWatch):
+    """One etcd watch stream on ``root`` whose events are fanned out to many :class:`_HubWatch` (as kube-apiserver's
+    watch cache serves every watch of a resource from one etcd watch).
+
+    The reader thread decodes each etcd event once and, under the hub's lock, appends it to a bounded buffer of
+    recent events and queues it on every subscribed watch whose prefix and start revision it matches.  A watch
+    starting at a revision the buffer still covers (and above the last compaction through this backend) gets the
+    buffered events first; an older start is not served here (the backend opens a dedicated stream, which gives
+    etcd's own answer: the events, or :class:`CompactedError`).  When the stream fails, every subscribed watch
+    gets the error and the hub is retired; the next watch opens a new one.
+    """
+
+    MAX_EVENTS: Final = 10_000
+    MAX_BYTES: Final = 32 * 1024 * 1024
+
+    def __init__(self, backend: EtcdBackend, root: str, start_revision: int) -> None:
+        self.root = root
+        self._hub_lock = threading.Lock()
+        self._subs: set[_HubWatch] = set()
+        self._buffer: deque[WatchEvent] = deque()
+        self._buffer_bytes = 0
+        self.buffer_start = start_revision  # every change at >= buffer_start and <= delivered is in _buffer
+        self.delivered = start_revision - 1  # every change <= delivered has been fanned out
+        self.compacted = 0  # the newest compaction revision this backend made
+        self.dead = False
+        super().__init__(backend, root, start_revision, max_pending=2**62)
+
+    def subscribe(self, prefix: str, start: int, max_pending: int) -> _HubWatch | None:
+        """A watch under ``prefix`` (within :attr:`root`) from ``start``; ``None`` if the hub cannot serve it."""
+        with self._hub_lock:
+            if self.dead or start < self.buffer_start or start <= self.compacted:
+                return None
+            w = _HubWatch(self, prefix, start, max_pending)
+            if start <= self.delivered:
+                past: list[WatchEvent] = []
+                for e in reversed(self._buffer):  # in revision order: the newest first, back to start
+                    if e.kv.mod_revision < start:
+                        break
+                    if e.kv.key.startswith(prefix):
+                        past.append(e)
+                if past:
+                    past.reverse()
+                    w._replay = WatchBatch(tuple(past))  # one batch, not limited (as in the other watches)
+                    w._out.put(w._replay)
+            self._subs.add(w)
+            return w
+
+    def unsubscribe(self, w: _HubWatch) -> None:
+        with self._hub_lock:
+            self._subs.discard(w)
+
+    def progress(self, w: _HubWatch) -> None:
+        """Queue a progress notification at :attr:`delivered` on ``w``: safe, since every change up to it has
+        been queued on ``w`` before (both under the hub's lock)."""
+        with self._hub_lock:
+            if w in self._subs and not w.offer(WatchBatch((), progress=self.delivered)):
+                self._subs.discard(w)
+
+    def note_compaction(self, revision: int) -> None:
+        with self._hub_lock:
+            self.compacted = max(self.compacted, revision)
+
+    @staticmethod
+    def _size(event: WatchEvent) -> int:
+        return len(event.kv.value) + (len(event.prev.value) if event.prev is not None else 0) + 200
+
+    def _offer(self, batch: WatchBatch, count: int) -> bool:
+        with self._hub_lock:
+            if batch.progress is not None:
+                self.delivered = max(self.delivered, batch.progress)
+                dropped = [w for w in self._subs if not w.offer(batch)]
+            else:
+                for event in batch.events:
+                    self._buffer.append(event)
+                    self._buffer_bytes += self._size(event)
+                while self._buffer and (len(self._buffer) > self.MAX_EVENTS or self._buffer_bytes > self.MAX_BYTES):
+                    gone = self._buffer.popleft()
+                    self._buffer_bytes -= self._size(gone)
+                    self.buffer_start = gone.kv.mod_revision + 1
+                self.delivered = max(self.delivered, batch.events[-1].kv.mod_revision)
+                dropped = []
+                for w in self._subs:
+                    mine = tuple(e for e in batch.events
+                                 if e.kv.mod_revision >= w.start and e.kv.key.startswith(w.prefix))
+                    if mine and not w.offer(WatchBatch(mine)):
+                        dropped.append(w)
+            for w in dropped:
+                self._subs.discard(w)
+        return True
+
+    def _put(self, item: WatchBatch | BaseException) -> None:
+        if isinstance(item, WatchBatch):  # pragma: no cover - the reader queues batches through _offer
+            self._offer(item, len(item.events))
+            return
+        with self._hub_lock:
+            self.dead = True
+            subs, self._subs = self._subs, set()
+        if isinstance(item, EOFError) and not self._closed.is_set():
+            item = BackendUnavailableError("etcd watch stream ended")
+        for w in subs:
+            w.fail(item)
+
+    def close(self) -> None:
+        """Stop the stream; every subscribed watch ends (its next() raises EOFError)."""
+        with self._hub_lock:
+            self.dead = True
+            subs, self._subs = self._subs, set()
+        for w in subs:
+            w.fail(EOFError("watch closed"))
+        super().close()
+
+
 class EtcdBackend(Backend):
     """A :class:`Backend` on a real etcd v3 server, over one gRPC channel.
 
@@ -620,7 +806,19 @@ class EtcdBackend(Backend):
         self._watch_stub = etcdrpc.WatchStub(self._channel)
         self._lock = threading.Lock()
         self._watches: set[_EtcdWatch] = set()
+        self._hub_root: str | None = None
+        self._hub: _WatchHub | None = None
+        self._compacted = 0  # the newest compaction revision made through this backend
         self._closed = False
+
+    def share_watches(self, prefix: str) -> None:
+        """Serve every later watch under ``prefix`` that starts at a revision > 0 from one etcd stream (a
+        :class:`_WatchHub`, opened with the first such watch), instead of a stream and a reader thread per watch;
+        a watch whose start the hub's buffer of recent events does not cover gets its own stream as before."""
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty str, got {type(prefix).__name__}: {prefix!r}")
+        with self._lock:
+            self._hub_root = prefix
 
     def _call(self, method: Any, request: Any) -> Any:
         """Run one unary RPC; gRPC failures become :class:`StorageError` subclasses."""
@@ -700,6 +898,15 @@ class EtcdBackend(Backend):
         with self._lock:
             if self._closed:
                 raise BackendUnavailableError("etcd backend closed")
+            root = self._hub_root
+            if root is not None and prefix.startswith(root) and start_revision > 0:
+                hub = self._hub
+                if hub is None or hub.dead:
+                    hub = self._hub = _WatchHub(self, root, start_revision)
+                    hub.note_compaction(self._compacted)
+                shared = hub.subscribe(prefix, start_revision, max_pending)
+                if shared is not None:
+                    return shared
             w = _EtcdWatch(self, prefix, start_revision, max_pending)
             self._watches.add(w)
         return _TrackedEtcdWatch(self, w)
@@ -723,14 +930,22 @@ class EtcdBackend(Backend):
             self._call(self._kv.Compact, self._rpc.CompactionRequest(revision=revision, physical=True))
         except CompactedError:
             return
+        with self._lock:  # watches from here on that start at or below it get etcd's answer, not the hub's buffer
+            self._compacted = max(self._compacted, revision)
+            hub = self._hub
+        if hub is not None:
+            hub.note_compaction(revision)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             watches = list(self._watches)
             self._watches.clear()
+            hub, self._hub = self._hub, None
         for w in watches:
             w.close()
+        if hub is not None:
+            hub.close()
         self._channel.close()
 
 
