@@ -53,7 +53,8 @@ def test_gets_of_a_queue_used_by_one_thread_do_not_count(sleeps: list[float]) ->
 def test_gets_count_too_and_yield_before_taking_the_lock(sleeps: list[float]) -> None:
     q: Queue[Any] = Queue()
     _share(q)
-    assert q._contended and not sleeps
+    assert q._contended and sleeps == [0]  # the add that woke the other thread's get handed the GIL over
+    sleeps.clear()
     for i in range(shell.YIELD_EVERY + 1):
         q.add(i)
     assert not sleeps  # adds of new keys take the lock and are not counted
@@ -83,6 +84,90 @@ def test_no_yield_without_other_threads(monkeypatch: pytest.MonkeyPatch) -> None
     for _ in range(2 * shell.YIELD_EVERY + 2):
         q.add("a")
     assert calls == []
+
+
+def _blocked_getter(q: Any) -> tuple[Any, list[Any]]:
+    """A thread blocked in ``q.get()`` (it records what it got)."""
+    import threading
+
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(q.get()))
+    t.start()
+    _wait_until(lambda: q._getters == 1, "the other thread to wait in get()")
+    return t, got
+
+
+def test_an_add_that_wakes_a_blocked_getter_hands_the_gil_over_once(sleeps: list[float]) -> None:
+    q: Queue[str] = Queue()
+    q.add("before")  # nobody waits: no hand-off
+    assert q.get() == "before"
+    assert sleeps == []
+    t, got = _blocked_getter(q)
+    assert q.add("a") is keyqueue.AddResult.QUEUED
+    assert sleeps == [0]  # once, after the wake-up (and after the lock was released: see the next test)
+    t.join()
+    assert got == ["a"]
+    q.add("a")  # processing: MARKED, nobody woken
+    q.add("b")  # queued, nobody waits
+    assert sleeps == [0]
+
+
+def test_hand_offs_are_at_least_handoff_gap_apart(sleeps: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [10**12]
+    monkeypatch.setattr(shell, "_monotonic_ns", lambda: now[0])
+    q: Queue[str] = Queue()
+    for key, step, expected in (("a", 0, [0]), ("b", shell.HANDOFF_GAP_NS - 1, [0]), ("c", 1, [0, 0])):
+        now[0] += step
+        t, got = _blocked_getter(q)
+        assert q.add(key) is keyqueue.AddResult.QUEUED
+        t.join()
+        assert got == [key] and sleeps == expected, key  # "b" woke its getter within the gap: no hand-off
+        q.done(key)
+
+
+def test_the_hand_off_comes_after_the_lock_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    q: Queue[str] = Queue()
+    held: list[bool] = []
+    monkeypatch.setattr(shell, "_sleep", lambda s: held.append(q._lock.locked()))
+    t, got = _blocked_getter(q)
+    q.add("a")
+    t.join()
+    assert got == ["a"]
+    assert held and not held[0]  # the hand-off never holds the lock
+
+
+def test_priority_queue_hands_over_after_waking_for_a_ready_key_only(sleeps: list[float]) -> None:
+    q: PriorityQueue[str] = PriorityQueue()
+    t, got = _blocked_getter(q)
+    q.add("later", after=3600)  # DELAYED: the getter is woken to re-compute its wait, no hand-off
+    assert sleeps == []
+    q.add("now", priority=2)
+    assert sleeps == [0]
+    t.join()
+    assert got == ["now"]
+
+
+def test_asyncio_queue_adds_do_not_hand_over() -> None:
+    import asyncio
+
+    import keyqueue.aio
+
+    async def main() -> list[float]:
+        q: keyqueue.aio.Queue[str] = keyqueue.aio.Queue()
+        getter = asyncio.ensure_future(q.get())
+        while not q._getters:
+            await asyncio.sleep(0)
+        calls: list[float] = []
+        saved = shell._sleep
+        shell._sleep = calls.append  # type: ignore[assignment]
+        try:
+            q.add("a")  # wakes the getter on this loop: nothing to hand over
+        finally:
+            shell._sleep = saved
+        assert await getter == "a"
+        return calls
+
+    assert asyncio.run(main()) == []
 
 
 # -- `for key in q`: done(previous) and the next get under one lock ------------------------------------------------

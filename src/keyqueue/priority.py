@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
 from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
@@ -183,9 +183,12 @@ class PriorityAdds(Generic[T]):
         )
 
     _getters: Any
+    _yield_after_wake: ClassVar[bool]  # the shell's (True for threads, False for asyncio)
     if TYPE_CHECKING:
 
         def _wake_one(self) -> None: ...
+
+        def _hand_off(self) -> None: ...
 
     def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
         # The shells' construction hook: called once from their __init__, with self.clock and self._lock set.
@@ -207,8 +210,10 @@ class PriorityAdds(Generic[T]):
 
     def add(self, item: T, *, priority: int = 0, after: float = 0.0, rate_limited: bool = False) -> AddResult:
         """Add ``item`` at ``priority`` (an int; higher is served first; default 0), now or after ``after``
-        seconds, optionally rate limited. Never blocks beyond the queue's short lock; never sleeps; callable from
-        any thread (also on the asyncio queue).
+        seconds, optionally rate limited. Never blocks beyond the queue's short lock; never waits (the threading
+        queue's add that makes a key ready for a blocked getter then lets go of the GIL once, ``time.sleep(0)``, at
+        most once per 100 µs, see :attr:`keyqueue._shell.ShellBase._yield_after_wake`); callable from any
+        thread (also on the asyncio queue).
 
         * ``after <= 0``: ready now. ``after > 0``: ready then (``math.inf``: never, in practice).
         * ``rate_limited=True``: the limiter records a failure of ``item`` and its delay ``r`` is used, or
@@ -263,14 +268,17 @@ class PriorityAdds(Generic[T]):
                                                  rate_limited=rate_limited))
         try:
             outcome = self._pcore.add_checked(item, priority, after, limiter)
-            if outcome in (QUEUED, DELAYED) and self._getters:
-                self._wake_one()
-            return outcome
+            if outcome not in (QUEUED, DELAYED) or not self._getters:
+                return outcome
+            self._wake_one()
         except TypeError:
             check_hashable(item)  # an unhashable item: raise the clear message (nothing changed)
             raise
         finally:
             lock.release()
+        if outcome is QUEUED and self._yield_after_wake:
+            self._hand_off()  # outside the lock: the getter just woken can take the GIL (ShellBase._hand_off)
+        return outcome
 
     def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
         """``add(item, priority=priority, after=delay)``. Unlike client-go's delaying queue, a delayed add merges

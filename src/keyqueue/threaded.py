@@ -51,6 +51,8 @@ class Queue(ShellBase[T]):
     hook). Every guarantee above holds for any ordering; only "in FIFO order" becomes "in the ordering's order".
     """
 
+    _yield_after_wake = True  # a woken getter thread needs the GIL (see ShellBase._yield_after_wake)
+
     def _init_waiting(self) -> None:
         self._readable = threading.Condition(self._lock)  # getters wait here
         self._idle = threading.Condition(self._lock)  # shut_down_with_drain() callers wait here

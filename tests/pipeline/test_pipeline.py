@@ -82,6 +82,14 @@ def test_every_name_is_reconciled_after_its_last_trigger(pipelines: Callable[...
     assert stages["reconcile"].n == v.reconciles
     stats = p.queue.stats() if p.queue is not None else None
     assert stats is not None and stats.adds == 120  # one add per watch event
+    # Every gap of an idle worker is split up by the hand-off probe (keyqueue.lab.handoff).
+    idle = stages["enqueue_to_get_idle"].n
+    assert idle > 0 and stages["handoff_others"].n == idle and stages["handoff_idle"].n == idle
+    assert stages["handoff_loop"].n == idle and stages["handoff_informer"].n == idle
+    if p.probe.linux:
+        assert stages["handoff_runqueue"].n == idle
+        slices = p.handoff_slices()
+        assert slices["n"] == idle and slices["p95"] >= 1  # a worker blocked in get is put on a core to return
 
 
 def test_http_endpoints(pipelines: Callable[..., Pipeline]) -> None:

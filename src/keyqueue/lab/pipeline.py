@@ -58,6 +58,7 @@ from keyqueue.lab.common import (
     parse_duration,
     write_json,
 )
+from keyqueue.lab.handoff import HandoffProbe, HandoffSample
 from keyqueue.lab.load import LoadResult, percentile, run_load, run_load_subprocess
 from keyqueue.lab.race import SameKeyDetector
 from keyqueue.threaded import RateLimitingQueue
@@ -149,6 +150,7 @@ class _Samples:
     add: list[int] = field(default_factory=list)
     enqueue_to_get: list[int] = field(default_factory=list)
     enqueue_to_get_idle: list[int] = field(default_factory=list)
+    handoff: list[HandoffSample] = field(default_factory=list)  # the idle-worker gaps, split up
     reconcile: list[int] = field(default_factory=list)
 
 
@@ -341,17 +343,24 @@ class _TimedQueue(RateLimitingQueue[str]):
     """The pipeline's queue: notes (per thread) when ``get`` returned and times each ``done`` call.
 
     The controller's workers call ``get`` and ``done``; the reconcile function runs in between, in the same thread,
-    and reads the stamp. Two ``perf_counter_ns`` calls are all this adds.
+    and reads the stamp. Two ``perf_counter_ns`` calls are all this adds, plus the :class:`HandoffProbe`'s reads
+    (the worker's scheduler counters before and after ``get``, the watched CPU clocks after it: ~5 µs, none of it
+    between the add and the stamp).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, probe: HandoffProbe, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.local = threading.local()
+        self.probe = probe
         self.done_ns: list[int] = []  # list.append is atomic: no lock needed
 
     def get(self, timeout: float | None = None) -> str:
+        probe = self.probe
+        sched0 = probe.sched()
         key = super().get(timeout)
-        self.local.t_get = time.perf_counter_ns()
+        local = self.local
+        local.t_get = time.perf_counter_ns()
+        local.handoff = (sched0, probe.sched(), probe.cpu())
         return key
 
     def done(self, item: str) -> bool:
@@ -397,7 +406,9 @@ class Pipeline:
         self._samples = _Samples()
         self._write_done: dict[tuple[str, int], int] = {}  # (key, rv) → ns the write's answer came (no event yet)
         self._event_seen: dict[tuple[str, int], int] = {}  # (key, rv) → ns the handler ran (no write answer yet)
-        self._pending_get: dict[str, tuple[int, bool]] = {}  # key → (ns of the add that queued it, a worker idle)
+        # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when idle)
+        self._pending_get: dict[str, tuple[int, bool, tuple[int, int, int] | None]] = {}
+        self.probe = HandoffProbe()
         self._last_trigger_rv: dict[str, int] = {}
         self._reconciled_rv: dict[str, int] = {}
         self._active = 0  # reconciles running now (workers - active = workers waiting in get)
@@ -484,7 +495,7 @@ class Pipeline:
             self._metrics = provider
         except ImportError:
             self._metrics = None
-        self.queue = _TimedQueue(name="pipeline", stats=True, metrics_provider=provider)
+        self.queue = _TimedQueue(self.probe, name="pipeline", stats=True, metrics_provider=provider)
         self.controller = Controller(self._reconcile, self.queue, name="pipeline", workers=cfg.workers,
                                      registry=registry, stop_timeout=10.0)
 
@@ -499,6 +510,11 @@ class Pipeline:
         httpd = _TriggerServer(self, cfg.port, self._writer)
         httpd.start()
         self._httpd = httpd
+
+        async def loop_thread() -> int:
+            return threading.get_ident()
+
+        self.probe.watch_loop_thread(httpd.run(loop_thread()))
         if cfg.stats_interval > 0:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
@@ -587,6 +603,7 @@ class Pipeline:
             self.controller.stop(10.0)  # shuts the queue down; reconciles in flight finish
         elif self.queue is not None:
             self.queue.shut_down()
+        self.probe.close()
         if self._stats_thread is not None:
             self._stats_thread.join(5.0)
         if self._metrics is not None:
@@ -723,6 +740,8 @@ class Pipeline:
     def _enqueue(self, obj: dict[str, Any] | None, kind: str, t_handler: int, key: str = "") -> None:
         queue, informer = self.queue, self.informer
         assert queue is not None and informer is not None
+        if not self.probe.informer_watched:
+            self.probe.watch_informer_thread(threading.get_ident())  # handlers run in the informer's thread
         received = informer.event_received_ns
         if obj is not None:
             key = meta_namespace_key(obj)
@@ -744,7 +763,8 @@ class Pipeline:
                     self._samples.write_to_event.append(delta)
             mine = key not in self._pending_get
             if mine:
-                self._pending_get[key] = (t_handler, self._active < self.config.workers)
+                idle = self._active < self.config.workers
+                self._pending_get[key] = (t_handler, idle, self.probe.cpu() if idle else None)
         t_add = time.perf_counter_ns()
         result = queue.add(key)
         t_added = time.perf_counter_ns()
@@ -779,6 +799,7 @@ class Pipeline:
         assert queue is not None and informer is not None
         clock = time.perf_counter_ns
         t_get = getattr(queue.local, "t_get", 0) or clock()
+        handoff = getattr(queue.local, "handoff", None)
         wid = self._worker_id()
         with self._lock:
             self._active += 1
@@ -790,6 +811,9 @@ class Pipeline:
                 self._samples.enqueue_to_get.append(waited)
                 if pending[1]:
                     self._samples.enqueue_to_get_idle.append(waited)
+                    if pending[2] is not None and handoff is not None:
+                        sched0, sched1, cpu1 = handoff
+                        self._samples.handoff.append(HandoffSample.of(waited, pending[2], cpu1, sched0, sched1))
         try:
             after = f" {format_duration(waited / 1e9)} after that" if pending is not None else ""
             self._log("[WORKER]", f"[WORKER-{wid}] key={key} Get seq={seq}{after}")
@@ -878,11 +902,29 @@ class Pipeline:
         with self._lock:
             s = self._samples
             done = self.queue.done_ns if self.queue is not None else []
+            handoff = s.handoff[-recent:] if recent > 0 else s.handoff
             lists = {"api_write": s.api, "trigger_handler": s.handler, "write_to_informer": s.write_to_event,
                      "watch_chunk_to_handler": s.chunk_to_handler, "queue_add": s.add,
                      "enqueue_to_get": s.enqueue_to_get, "enqueue_to_get_idle": s.enqueue_to_get_idle,
                      "queue_done": done, "reconcile": s.reconcile}
-            return {name: StageStats.of(values[-recent:] if recent > 0 else values) for name, values in lists.items()}
+        out = {name: StageStats.of(values[-recent:] if recent > 0 else values) for name, values in lists.items()}
+        for part in ("loop", "informer", "runqueue"):  # -1: not known for that sample
+            out[f"handoff_{part}"] = StageStats.of([v for h in handoff if (v := getattr(h, part)) != -1])
+        out["handoff_others"] = StageStats.of([h.others for h in handoff])
+        out["handoff_idle"] = StageStats.of([h.idle for h in handoff])  # signed: clocks read a few µs apart
+        return out
+
+    def handoff_slices(self) -> dict[str, float]:
+        """How often the scheduler put an idle worker on a core during the ``get`` that an add woke it from
+        (:class:`~keyqueue.lab.handoff.HandoffSample`): ``n`` samples, ``mean``, ``once`` (share woken once: it got
+        the GIL at its first try), ``p50``, ``p95``. Empty without the kernel's counters."""
+        with self._lock:
+            counts = sorted(h.slices for h in self._samples.handoff if h.slices >= 0)
+        if not counts:
+            return {}
+        return {"n": len(counts), "mean": sum(counts) / len(counts), "once": sum(1 for c in counts if c <= 1) /
+                len(counts), "p50": float(counts[len(counts) // 2]),
+                "p95": float(counts[min(len(counts) - 1, int(0.95 * len(counts)))])}
 
     def counters(self) -> tuple[int, int, int]:
         """(triggers handled, informer events, reconciles) so far."""
@@ -957,6 +999,9 @@ class Pipeline:
         def f(x: float) -> str:
             return "-" if math.isnan(x) else format_duration(x)
 
+        def mean(s: StageStats) -> str:
+            return f"mean {f(s.mean)}"
+
         rows: list[tuple[str, StageStats | None, str]] = [
             ("API write (/trigger → API server → answer)", st["api_write"], "client call in the trigger handler"),
             ("  /trigger handler, whole", st["trigger_handler"], ""),
@@ -965,7 +1010,13 @@ class Pipeline:
             ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update"),
             ("queue add (call)", st["queue_add"], ""),
             ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key"),
-            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], ""),
+            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "split up below (means add up)"),
+            ("    trigger loop thread on a core meanwhile", st["handoff_loop"], mean(st["handoff_loop"])),
+            ("    informer thread on a core meanwhile", st["handoff_informer"], mean(st["handoff_informer"])),
+            ("    other threads here (the worker too)", st["handoff_others"], mean(st["handoff_others"])),
+            ("    no thread of this process on a core", st["handoff_idle"], mean(st["handoff_idle"]) +
+             " (kernel wake-up, other processes)"),
+            ("    worker runnable, waiting for a core", st["handoff_runqueue"], mean(st["handoff_runqueue"])),
             ("queue done (call)", st["queue_done"], ""),
             ("reconcile", st["reconcile"],
              "simulated: sleep " + format_duration(self.config.reconcile) if self._reconcile_hook is None else
@@ -975,6 +1026,11 @@ class Pipeline:
         for label, s, note in rows:
             assert s is not None
             lines.append(f"{label:<44} {f(s.p50):>9} {f(s.p95):>9} {f(s.p99):>9} {s.n:>7}  {note}")
+        slices = self.handoff_slices()
+        if slices:
+            label = "    worker put on a core, per woken get"
+            lines.append(f"{label:<44} {slices['p50']:>9.0f} {slices['p95']:>9.0f} {'':>9} {slices['n']:>7.0f}  "
+                         f"times; mean {slices['mean']:.2f}, {slices['once']:.0%} once (the GIL free at its first try)")
         if micro:
             lines.append(f"{'queue add+get+done, one thread (microbench)':<44} {f(micro['cycle']):>9} "
                          f"{'':>9} {'':>9} {'':>7}  add {f(micro['add'])}, get {f(micro['get'])}, "
