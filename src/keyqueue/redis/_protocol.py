@@ -39,7 +39,7 @@ __all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tre
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys (prefix + role), as lib.lua names them.
-_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
+_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
     "delete", "wake",

@@ -21,6 +21,11 @@
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
 --   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered
+--   due        string  a lower bound of every score in proc and delay (microseconds; "inf": both empty); absent =
+--                      unknown. A script that adds or lowers such a score lowers it too; removals leave it low. So
+--                      when it is later than now nothing has run out or fallen due, and get/len skip reading proc
+--                      and delay (one GET instead of two ZCOUNTs); once now reaches it, they catch up and set it
+--                      exactly again (catch_up)
 -- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
 -- done (which reads no clock): the server's clock decides leases, delays and the bucket, whatever the clients'
 -- clocks say.
@@ -39,6 +44,7 @@ local FAIL = P .. 'fail'
 local BUCKET = P .. 'bucket'
 local SEQ = P .. 'seq'
 local COUNTERS = P .. 'counters'
+local DUE = P .. 'due'
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
@@ -90,6 +96,27 @@ local function add_now(key, now)
   return add_clean(key, now)
 end
 
+-- The due hint (see the key list above) as a number: -INF when unknown (absent), INF when proc and delay are empty.
+local function read_due()
+  local d = redis.call('GET', DUE)
+  if not d then return -INF end
+  if d == 'inf' then return INF end
+  return tonumber(d)
+end
+
+local function write_due(t)
+  if t == INF then
+    redis.call('SET', DUE, 'inf')
+  else
+    redis.call('SET', DUE, int(t))
+  end
+end
+
+-- A score t was just added to proc or delay (or an existing one lowered to t): keep due a lower bound.
+local function lower_due(t)
+  if t < read_due() then write_due(t) end
+end
+
 -- Seconds -> microseconds of delay, as the in-process queue turns seconds into nanoseconds: at least one unit,
 -- rounded, and "never" (INF) from Go's InfDuration on. Callers handle delay <= 0 (now) first.
 local function delay_us(delay)
@@ -111,6 +138,7 @@ local function add_delayed(key, delay, now)
     return 5
   end
   redis.call('ZADD', DELAY, flt(ready), key)
+  lower_due(ready)
   notify() -- a blocked getter re-computes how long it may sleep
   return 4
 end
@@ -118,12 +146,12 @@ end
 -- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
 -- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
 -- Returns the keys (false if none), and how many of them became dirty here (were not re-added meanwhile): metrics
--- count those as adds of the handle whose script ran this. The common case, nothing run out, is one ZCOUNT.
+-- count those as adds of the handle whose script ran this. Run through catch_up only.
 local function expire(now)
-  if redis.call('ZCOUNT', PROC, '-inf', now) == 0 then
+  local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
+  if #gone == 0 then
     return false, 0
   end
-  local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
   local dirtied = 0
   for _, key in ipairs(gone) do
     redis.call('ZREM', PROC, key)
@@ -138,11 +166,8 @@ end
 
 -- Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
 -- starts when it fell due, as in client-go). Returns how many fired, and how many of them made their key dirty
--- (the others found it dirty already). The common case, nothing due, is one ZCOUNT.
+-- (the others found it dirty already). Run through catch_up only.
 local function promote(now)
-  if redis.call('ZCOUNT', DELAY, '-inf', now) == 0 then
-    return 0, 0
-  end
   local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
   local dirtied = 0
   for i = 1, #due, 2 do
@@ -153,13 +178,26 @@ local function promote(now)
   return #due / 2, dirtied
 end
 
--- The earliest time something changes by itself (a delayed key falls due, a lease runs out), or "" for never.
-local function next_wake()
+-- The earliest score in delay and proc (a delayed key falls due, a lease runs out), INF for never.
+local function earliest()
   local best = INF
   local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
   if d[2] then best = tonumber(d[2]) end
   local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
   if p[2] and tonumber(p[2]) < best then best = tonumber(p[2]) end
-  if best == INF then return '' end
-  return int(best)
+  return best
+end
+
+-- get's and len's first step: reclaim run-out leases (expire) and fire due delayed keys (promote), unless the due
+-- hint says nothing can be due by now (the common case: one GET). Returns expire's two results, promote's two, the
+-- due time afterwards (exact when the step ran, else the hint), and whether that time must still be written (the
+-- step ran: the caller writes it once, after any score it adds itself).
+local function catch_up(now)
+  local due = read_due()
+  if due > now then
+    return false, 0, 0, 0, due, false
+  end
+  local expired, reclaimed = expire(now)
+  local fired, promoted = promote(now)
+  return expired, reclaimed, fired, promoted, earliest(), true
 end
