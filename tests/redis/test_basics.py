@@ -227,7 +227,7 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
 
     _, functions = _library()
     names = [n for n, _ in functions]
-    assert {"now_us", "notify", "add_clean", "expire", "promote"} <= set(names)
+    assert {"now_us", "notify", "add_clean", "catch_up"} <= set(names)
     for op in OPERATIONS:
         src = script_source(op)
         defined = re.findall(r"^local function (\w+)\(", src, re.MULTILINE)
@@ -241,7 +241,7 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
                 if re.search(rf"\b{n}\b", re.sub(rf"^local {n} = [^\n]*", "", code, flags=re.MULTILINE))}
         assert declared == used, op
         rclient.script_load(src)  # Redis compiles it
-    assert "expire" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
+    assert "catch_up" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
     assert re.findall(r"^local ([A-Z]+) = P", script_source("done"), re.MULTILINE) == [
         "FIFO", "DIRTY", "PROC", "LEASE", "NOTIFY", "COUNTERS"]
 

@@ -143,61 +143,48 @@ local function add_delayed(key, delay, now)
   return 4
 end
 
--- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
--- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
--- Returns the keys (false if none), and how many of them became dirty here (were not re-added meanwhile): metrics
--- count those as adds of the handle whose script ran this. Run through catch_up only.
-local function expire(now)
-  local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
-  if #gone == 0 then
-    return false, 0
-  end
-  local dirtied = 0
-  for _, key in ipairs(gone) do
-    redis.call('ZREM', PROC, key)
-    redis.call('HDEL', LEASE, key)
-    dirtied = dirtied + redis.call('HSETNX', DIRTY, key, now)
-    redis.call('RPUSH', FIFO, key)
-    notify()
-  end
-  redis.call('HINCRBY', COUNTERS, 'expired', #gone)
-  return gone, dirtied
-end
-
--- Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
--- starts when it fell due, as in client-go). Returns how many fired, and how many of them made their key dirty
--- (the others found it dirty already). Run through catch_up only.
-local function promote(now)
-  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
-  local dirtied = 0
-  for i = 1, #due, 2 do
-    local key = due[i]
-    redis.call('ZREM', DELAY, key)
-    if add_now(key, tonumber(due[i + 1])) ~= 1 then dirtied = dirtied + 1 end
-  end
-  return #due / 2, dirtied
-end
-
--- The earliest score in delay and proc (a delayed key falls due, a lease runs out), INF for never.
-local function earliest()
-  local best = INF
-  local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
-  if d[2] then best = tonumber(d[2]) end
-  local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
-  if p[2] and tonumber(p[2]) < best then best = tonumber(p[2]) end
-  return best
-end
-
--- get's and len's first step: reclaim run-out leases (expire) and fire due delayed keys (promote), unless the due
--- hint says nothing can be due by now (the common case: one GET). Returns expire's two results, promote's two, the
--- due time afterwards (exact when the step ran, else the hint), and whether that time must still be written (the
--- step ran: the caller writes it once, after any score it adds itself).
+-- get's and len's first step, unless the due hint says nothing can be due by now (the common case: one GET).
+-- Its three parts are written out here rather than as functions of their own: a function defined in a script is
+-- created on every call, used or not, and these run only when something may be due.
+-- 1. Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
+--    never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+-- 2. Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
+--    starts when it fell due, as in client-go).
+-- 3. The due time afterwards: the earliest score left in delay and proc (INF: none).
+-- Returns the reclaimed keys (false if none), how many of them became dirty here (were not re-added meanwhile:
+-- metrics count those as adds of the handle whose script ran this), how many delayed keys fired, how many of them
+-- made their key dirty (the others found it dirty already), the due time (exact when the step ran, else the hint),
+-- and whether that time must still be written (the step ran: the caller writes it once, after any score it adds).
 local function catch_up(now)
   local due = read_due()
   if due > now then
     return false, 0, 0, 0, due, false
   end
-  local expired, reclaimed = expire(now)
-  local fired, promoted = promote(now)
-  return expired, reclaimed, fired, promoted, earliest(), true
+  local expired = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
+  local reclaimed = 0
+  for _, key in ipairs(expired) do
+    redis.call('ZREM', PROC, key)
+    redis.call('HDEL', LEASE, key)
+    reclaimed = reclaimed + redis.call('HSETNX', DIRTY, key, now)
+    redis.call('RPUSH', FIFO, key)
+    notify()
+  end
+  if #expired > 0 then
+    redis.call('HINCRBY', COUNTERS, 'expired', #expired)
+  else
+    expired = false
+  end
+  local ready = redis.call('ZRANGEBYSCORE', DELAY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
+  local promoted = 0
+  for i = 1, #ready, 2 do
+    local key = ready[i]
+    redis.call('ZREM', DELAY, key)
+    if add_now(key, tonumber(ready[i + 1])) ~= 1 then promoted = promoted + 1 end
+  end
+  due = INF
+  local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
+  if d[2] then due = tonumber(d[2]) end
+  local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
+  if p[2] and tonumber(p[2]) < due then due = tonumber(p[2]) end
+  return expired, reclaimed, #ready / 2, promoted, due, true
 end
