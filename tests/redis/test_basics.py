@@ -349,3 +349,19 @@ def test_get_trusts_the_due_hint_control(new_queue: Any, rclient: redis.Redis) -
     assert other.get(timeout=1) == "k"
     with pytest.raises(LeaseLost):
         holder.done("k")
+
+
+def test_a_renewal_that_moves_a_deadline_earlier_lowers_the_due_hint(new_queue: Any, rclient: redis.Redis) -> None:
+    # Redis's clock can step back (NTP), and then a renewal moves a deadline earlier: the hint must follow.
+    from keyqueue.redis._protocol import script_source
+
+    clock = FakeClock(start=1000.0)
+    q = new_queue(name="due-renew", clock=clock, lease=30.0)
+    q.add("k")
+    assert q.get(timeout=1) == "k"
+    assert float(rclient.get("kq:{due-renew}:due") or 0) == 1030e6
+    lease = q._state.held["k"]
+    lost = rclient.eval(script_source("renew"), 1, "kq:{due-renew}:", str(500 * 10**6), str(30 * 10**6), "k", lease)
+    assert lost == []
+    due, scores = _due_and_scores(rclient, "due-renew")
+    assert scores == [530e6] and due is not None and float(due) <= 530e6
