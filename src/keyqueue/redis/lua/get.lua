@@ -24,7 +24,7 @@ local reply
 local key = redis.call('LPOP', FIFO)
 if not key then
   local wake = '-'
-  if due ~= INF then wake = int(due) end -- later than now (catch_up), a lower bound: at worst an early wake-up
+  if due ~= INF then wake = int(due) end -- a lower bound of the next change (the hint): at worst an early wake-up
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
 else
   local since = false
