@@ -39,7 +39,7 @@ __all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tre
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys (prefix + role), as lib.lua names them.
-_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters")
+_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
     "delete", "wake",
@@ -363,22 +363,23 @@ class HandleState:
         if expired:
             log.warning("Redis queue %r: the lease of %d key(s) ran out; handed out again: %s",
                         self.name, len(expired), ", ".join(repr(k) for k in expired[:10]))
-        with self.lock:
+        handed = text[0] == "1"
+        waited_us = None if not handed or waited == "-" else int(waited)
+        with self.lock:  # one acquisition for the whole outcome
             self.expired_seen += len(expired)
             if self.counts is not None:
                 self.counts.fired += fired
                 self.counts.adds += fired
+                if handed:
+                    self.counts.gets += 1
             if self.metrics is not None:
                 self.metrics.adds_total[0] += dirtied
-        if text[0] == "1":
-            waited_us = None if waited == "-" else int(waited)
-            with self.lock:
+            if handed:
                 self.held[key] = lease
-                if self.counts is not None:
-                    self.counts.gets += 1
                 if self.metrics is not None:
                     self.metrics.handed_out(key, self.metrics_clock.now_ns(),
                                             None if waited_us is None else waited_us * 1000)
+        if handed:
             return GetReply(key, None, waited_us, fired, dirtied)
         wake_in = None
         if wake != "-" and wake != "inf":

@@ -5,6 +5,8 @@
 -- lease entry is gone, so its done() cannot touch this lease.
 -- ARGV: 1 now, 2 lease length in microseconds, 3 holder id, 4 "1" if the caller records metrics (only then is the
 -- time the key became dirty read, for waited).
+-- The due hint (lib.lua) spares reading proc and delay when nothing can have run out or fallen due; the new lease's
+-- deadline lowers it.
 -- Returns one string (a flat reply: a client parses one bulk string much faster than an array of seven):
 --   "1 <fired> <dirtied> <waited> <token|holder> <key>"   a key was handed out (the key last: it may hold spaces)
 --   "0 <fired> <dirtied> <wake> <now>"                    nothing ready
@@ -13,8 +15,7 @@
 -- "-" if unknown), wake the next wake-up time in microseconds ("-": none). When leases ran out and were reclaimed,
 -- the reply is {that string, the reclaimed keys} instead.
 local now = now_us()
-local expired, reclaimed = expire(now)
-local fired, promoted = promote(now)
+local expired, reclaimed, fired, promoted, due, write = catch_up(now)
 local head = '0 0 ' -- the common case, without formatting two numbers
 if fired > 0 or reclaimed + promoted > 0 then
   head = fired .. ' ' .. (reclaimed + promoted) .. ' '
@@ -22,20 +23,25 @@ end
 local reply
 local key = redis.call('LPOP', FIFO)
 if not key then
-  local wake = next_wake()
-  if wake == '' then wake = '-' end
+  local wake = '-'
+  if due ~= INF then wake = int(due) end -- a lower bound of the next change (the hint): at worst an early wake-up
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
 else
   local since = false
   if ARGV[4] == '1' then since = redis.call('HGET', DIRTY, key) end
   redis.call('HDEL', DIRTY, key)
   local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
-  redis.call('ZADD', PROC, now + tonumber(ARGV[2]), key)
+  local deadline = now + tonumber(ARGV[2])
+  redis.call('ZADD', PROC, deadline, key)
+  if deadline < due then
+    due, write = deadline, true
+  end
   redis.call('HSET', LEASE, key, lease)
   local waited = '-'
   if since then waited = int(math.max(0, now - tonumber(since))) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
+if write then write_due(due) end
 if expired then
   return {reply, expired}
 end

@@ -3,6 +3,6 @@
 -- Invariant kept: the same as get's reclaim and promote steps; nothing is handed out.
 -- ARGV: 1 now.  Returns {fifo length, dirty keys, keys that became dirty in this script}.
 local now = now_us()
-local _, reclaimed = expire(now)
-local _, promoted = promote(now)
+local _, reclaimed, _, promoted, due, write = catch_up(now)
+if write then write_due(due) end
 return {redis.call('LLEN', FIFO), redis.call('HLEN', DIRTY), reclaimed + promoted}

@@ -21,6 +21,11 @@
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
 --   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered
+--   due        string  a lower bound of every score in proc and delay (microseconds; "inf": both empty); absent =
+--                      unknown. A script that adds or lowers such a score lowers it too; removals leave it low. So
+--                      when it is later than now nothing has run out or fallen due, and get/len skip reading proc
+--                      and delay (one GET instead of two ZCOUNTs); once now reaches it, they catch up and set it
+--                      exactly again (catch_up)
 -- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
 -- done (which reads no clock): the server's clock decides leases, delays and the bucket, whatever the clients'
 -- clocks say.
@@ -39,6 +44,7 @@ local FAIL = P .. 'fail'
 local BUCKET = P .. 'bucket'
 local SEQ = P .. 'seq'
 local COUNTERS = P .. 'counters'
+local DUE = P .. 'due'
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
@@ -90,6 +96,27 @@ local function add_now(key, now)
   return add_clean(key, now)
 end
 
+-- The due hint (see the key list above) as a number: -INF when unknown (absent), INF when proc and delay are empty.
+local function read_due()
+  local d = redis.call('GET', DUE)
+  if not d then return -INF end
+  if d == 'inf' then return INF end
+  return tonumber(d)
+end
+
+local function write_due(t)
+  if t == INF then
+    redis.call('SET', DUE, 'inf')
+  else
+    redis.call('SET', DUE, int(t))
+  end
+end
+
+-- A score t was just added to proc or delay (or an existing one lowered to t): keep due a lower bound.
+local function lower_due(t)
+  if t < read_due() then write_due(t) end
+end
+
 -- Seconds -> microseconds of delay, as the in-process queue turns seconds into nanoseconds: at least one unit,
 -- rounded, and "never" (INF) from Go's InfDuration on. Callers handle delay <= 0 (now) first.
 local function delay_us(delay)
@@ -111,55 +138,53 @@ local function add_delayed(key, delay, now)
     return 5
   end
   redis.call('ZADD', DELAY, flt(ready), key)
+  lower_due(ready)
   notify() -- a blocked getter re-computes how long it may sleep
   return 4
 end
 
--- Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
--- never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
--- Returns the keys (false if none), and how many of them became dirty here (were not re-added meanwhile): metrics
--- count those as adds of the handle whose script ran this. The common case, nothing run out, is one ZCOUNT.
-local function expire(now)
-  if redis.call('ZCOUNT', PROC, '-inf', now) == 0 then
-    return false, 0
+-- get's and len's first step, unless the due hint says nothing can be due by now (the common case: one GET).
+-- Its three parts are written out here rather than as functions of their own: a function defined in a script is
+-- created on every call, used or not, and these run only when something may be due.
+-- 1. Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
+--    never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+-- 2. Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
+--    starts when it fell due, as in client-go).
+-- 3. The due time afterwards: the earliest score left in delay and proc (INF: none).
+-- Returns the reclaimed keys (false if none), how many of them became dirty here (were not re-added meanwhile:
+-- metrics count those as adds of the handle whose script ran this), how many delayed keys fired, how many of them
+-- made their key dirty (the others found it dirty already), the due time (exact when the step ran, else the hint),
+-- and whether that time must still be written (the step ran: the caller writes it once, after any score it adds).
+local function catch_up(now)
+  local due = read_due()
+  if due > now then
+    return false, 0, 0, 0, due, false
   end
-  local gone = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
-  local dirtied = 0
-  for _, key in ipairs(gone) do
+  local expired = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
+  local reclaimed = 0
+  for _, key in ipairs(expired) do
     redis.call('ZREM', PROC, key)
     redis.call('HDEL', LEASE, key)
-    dirtied = dirtied + redis.call('HSETNX', DIRTY, key, now)
+    reclaimed = reclaimed + redis.call('HSETNX', DIRTY, key, now)
     redis.call('RPUSH', FIFO, key)
     notify()
   end
-  redis.call('HINCRBY', COUNTERS, 'expired', #gone)
-  return gone, dirtied
-end
-
--- Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
--- starts when it fell due, as in client-go). Returns how many fired, and how many of them made their key dirty
--- (the others found it dirty already). The common case, nothing due, is one ZCOUNT.
-local function promote(now)
-  if redis.call('ZCOUNT', DELAY, '-inf', now) == 0 then
-    return 0, 0
+  if #expired > 0 then
+    redis.call('HINCRBY', COUNTERS, 'expired', #expired)
+  else
+    expired = false
   end
-  local due = redis.call('ZRANGEBYSCORE', DELAY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
-  local dirtied = 0
-  for i = 1, #due, 2 do
-    local key = due[i]
+  local ready = redis.call('ZRANGEBYSCORE', DELAY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, BATCH)
+  local promoted = 0
+  for i = 1, #ready, 2 do
+    local key = ready[i]
     redis.call('ZREM', DELAY, key)
-    if add_now(key, tonumber(due[i + 1])) ~= 1 then dirtied = dirtied + 1 end
+    if add_now(key, tonumber(ready[i + 1])) ~= 1 then promoted = promoted + 1 end
   end
-  return #due / 2, dirtied
-end
-
--- The earliest time something changes by itself (a delayed key falls due, a lease runs out), or "" for never.
-local function next_wake()
-  local best = INF
+  due = INF
   local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
-  if d[2] then best = tonumber(d[2]) end
+  if d[2] then due = tonumber(d[2]) end
   local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
-  if p[2] and tonumber(p[2]) < best then best = tonumber(p[2]) end
-  if best == INF then return '' end
-  return int(best)
+  if p[2] and tonumber(p[2]) < due then due = tonumber(p[2]) end
+  return expired, reclaimed, #ready / 2, promoted, due, true
 end

@@ -5,12 +5,15 @@
 local now = now_us()
 local deadline = now + tonumber(ARGV[2])
 local lost = {}
+local renewed = false
 for i = 3, #ARGV, 2 do
   local key = ARGV[i]
   if redis.call('HGET', LEASE, key) == ARGV[i + 1] then
     redis.call('ZADD', PROC, 'XX', deadline, key)
+    renewed = true
   else
     lost[#lost + 1] = key
   end
 end
+if renewed then lower_due(deadline) end -- a shorter lease than the last one may move a deadline earlier
 return lost
