@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 __all__ = ["MYPYC_MODULES", "BuildInfo", "build_info", "mypyc_attr"]
 
-#: The modules the compiled build compiles: the state machines and what they call on every operation (the
-#: limiters, the clocks). The shells (``_shell``, ``threaded``, ``aio``, ``priority``) and the metrics recorders
-#: stay interpreted: see the README's "Compiled build" section for why.
+#: The modules the compiled build compiles: the queue's state machine. Every other module stays interpreted, each
+#: for a reason the README's "The compiled build" gives (the shells find an interrupted call by its Python frames,
+#: which compiled code has not; mypyc's argument checks would change the limiters' errors; the priority core
+#: relies on tuple identity, which mypyc's unboxed tuples lose; ...).
 MYPYC_MODULES: Final = ("keyqueue._core",)
 
 if TYPE_CHECKING:
