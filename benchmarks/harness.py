@@ -411,8 +411,14 @@ def machine_info() -> dict[str, Any]:
         import keyqueue
 
         kq_version = keyqueue.__version__
+        built = keyqueue.build_info()
+        kq_build: dict[str, Any] | None = {
+            "kind": built.kind, "compiled": list(built.compiled), "interpreted": list(built.interpreted),
+            "path": os.path.dirname(keyqueue.__file__ or ""),
+        }
     except (ImportError, AttributeError):
         kq_version = "unknown"
+        kq_build = None
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
@@ -423,6 +429,7 @@ def machine_info() -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "python_build": " ".join(platform.python_build()),
         "keyqueue_version": kq_version,
+        "keyqueue_build": kq_build,  # pure Python or mypyc-compiled (keyqueue.build_info())
         "git_commit": _git_commit(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "loadavg_at_start": load,

@@ -5,6 +5,7 @@ into exactly one redelivery; nothing is lost. See :mod:`keyqueue.threaded` (this
 :mod:`keyqueue.aio` for the two shells around one state machine (:mod:`keyqueue._core`).
 """
 
+from keyqueue._build import BuildInfo, build_info
 from keyqueue._core import AddResult, Ordering, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
@@ -23,8 +24,10 @@ from keyqueue.ratelimit import (
 from keyqueue.threaded import DelayingQueue, Queue, RateLimitingQueue
 
 __all__ = [
+    "COMPILED",
     "AddResult",
     "BucketRateLimiter",
+    "BuildInfo",
     "Clock",
     "Controller",
     "DelayingQueue",
@@ -45,9 +48,14 @@ __all__ = [
     "ShutDown",
     "TerminalError",
     "WithMaxWaitRateLimiter",
+    "build_info",
     "default_controller_rate_limiter",
     "default_item_based_rate_limiter",
 ]
+
+#: True in the optional compiled build (``KEYQUEUE_MYPYC=1 pip install .``) when every module it compiles was loaded
+#: compiled; False in the default pure-Python build. :func:`build_info` names the modules.
+COMPILED: bool = build_info().kind == "mypyc"
 
 __version__ = "0.1.0"
 

@@ -27,6 +27,7 @@ from enum import IntEnum
 from operator import itemgetter
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from keyqueue._build import mypyc_attr
 from keyqueue.clock import Clock
 from keyqueue.errors import KeyMutatedError
 
@@ -117,7 +118,7 @@ def check_delay(delay: object, name: str = "delay") -> float:
     return _as_seconds(delay, name)
 
 
-def check_timeout(timeout: float | None, name: str = "timeout") -> float | None:
+def check_timeout(timeout: object, name: str = "timeout") -> float | None:
     """Validate a timeout named ``name``: ``None`` or ``math.inf`` (wait forever; any value above
     ``threading.TIMEOUT_MAX`` is as good as forever) or a number of seconds >= 0.
 
@@ -200,23 +201,24 @@ class MetricsRecorder(Protocol):
     """Per-queue hooks the core calls, with the shell's lock held, when metrics are enabled.
 
     Timestamps are the queue clock's integer nanoseconds. ``add`` is called only for adds that make a key dirty
-    (not for dedup no-ops); for a delayed entry the timestamp is the moment it fell due.
+    (not for dedup no-ops); for a delayed entry the timestamp is the moment it fell due. What a hook returns is
+    ignored (keyqueue's own recorder binds ``add`` to a built-in method that returns a value).
     """
 
-    def add(self, item: Hashable, t_ns: int) -> None: ...
+    def add(self, item: Hashable, t_ns: int) -> object: ...
 
-    def get(self, item: Hashable, t_ns: int) -> None: ...
+    def get(self, item: Hashable, t_ns: int) -> object: ...
 
-    def done(self, item: Hashable, t_ns: int) -> None: ...
+    def done(self, item: Hashable, t_ns: int) -> object: ...
 
-    def retry(self) -> None: ...
+    def retry(self) -> object: ...
 
-    def shut_down(self, t_ns: int) -> None:
+    def shut_down(self, t_ns: int) -> object:
         """The queue is shutting down (called once, before the first shutdown takes effect). As in client-go, the
         in-flight gauges (unfinished work, longest-running processor) are no longer updated from here on."""
         ...
 
-    def lost(self, item: Hashable) -> None:
+    def lost(self, item: Hashable) -> object:
         """The queue dropped ``item`` because it was mutated (its hash changed): forget it (by identity), and
         take it out of depth if it was counted there."""
         ...
@@ -236,7 +238,7 @@ class MetricsLedger(Protocol):
     queue_obs: list[int]
     work_obs: list[int]
 
-    def fold(self) -> None: ...
+    def fold(self) -> object: ...
 
 
 #: A ledger's buffer of durations is folded when it holds this many (see :class:`MetricsLedger`).
@@ -301,6 +303,7 @@ def check_ordering(ordering: object) -> None:
         raise ValueError(f"ordering must start empty, got one holding {len(ordering)} keys")  # type: ignore[arg-type]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueueCore(Generic[T]):
     """The client-go state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
@@ -395,7 +398,7 @@ class QueueCore(Generic[T]):
             raise
         return QUEUED
 
-    def add_after(self, item: T, delay: float) -> AddResult:
+    def add_after(self, item: T, delay: object) -> AddResult:
         """Add ``item`` once ``delay`` seconds have passed on the clock.
 
         ``delay <= 0`` adds now (returns what :meth:`add` returns). Otherwise returns DELAYED or DELAY_KEPT: of
@@ -403,7 +406,8 @@ class QueueCore(Generic[T]):
         :meth:`next_ready_ns` must let one of them re-compute its timeout. A plain add does not cancel a
         delayed entry. Raises ``ValueError`` for NaN and ``TypeError`` for an unhashable item, changing nothing.
         """
-        if delay.__class__ is not float or delay != delay:
+        # (`delay: object`, checked here: a shell passes the caller's value on as it is.)
+        if type(delay) is not float or delay != delay:
             delay = check_delay(delay)  # raises for a non-number and NaN; converts an int
         if self.shutting_down or delay <= 0:
             check_hashable(item)
@@ -751,6 +755,7 @@ class DecisionCounts:
         )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CountingCore(QueueCore[T]):
     """A :class:`QueueCore` that counts its decisions (for the lab's funnel statistics).
 
@@ -769,7 +774,7 @@ class CountingCore(QueueCore[T]):
     def add(self, item: T, at_ns: int | None = None) -> AddResult:
         return self._counts.add(super().add(item, at_ns))
 
-    def add_after(self, item: T, delay: float) -> AddResult:
+    def add_after(self, item: T, delay: object) -> AddResult:
         outcome = super().add_after(item, delay)
         if outcome is DELAYED or outcome is DELAY_KEPT:  # an immediate outcome was counted by add()
             self._counts.add(outcome)
