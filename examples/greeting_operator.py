@@ -57,7 +57,7 @@ def main(backend: str) -> None:
             guard = {"resourceVersion": meta["resourceVersion"]}  # a stale cache gets 409 and a retry
             if meta.get("deletionTimestamp"):
                 if FINALIZER in finalizers:
-                    print(f"cleaned up {key}")  # release what the Greeting held, then let it go
+                    sys.stdout.write(f"cleaned up {key}\n")  # release what it held, then let it go
                     rest = [f for f in finalizers if f != FINALIZER]
                     api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
                                                        {"metadata": {**guard, "finalizers": rest}})
@@ -71,7 +71,7 @@ def main(backend: str) -> None:
             if status.get("observedGeneration") != meta["generation"]:  # level-based: act only if behind
                 status = {"message": f"Hello, {obj['spec']['name']}!", "observedGeneration": meta["generation"]}
                 api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, {"status": status})
-                print(f"reconciled {key}: generation {meta['generation']}: {status['message']}")
+                sys.stdout.write(f"reconciled {key}: generation {meta['generation']}: {status['message']}\n")
 
         def greeting(name: str) -> Any:
             return informer.store.get_by_key(f"default/{name}") or {}
