@@ -170,6 +170,19 @@ class BackendWatch(abc.ABC):
         if listener is not None:
             listener()
 
+    @staticmethod
+    def _take(out: queue.SimpleQueue[WatchBatch | BaseException], timeout: float | None) -> WatchBatch | None:
+        """The next batch queued in ``out`` within ``timeout`` seconds (``None`` on timeout). An error queued there
+        is raised and stays queued, so that every later call raises it again."""
+        try:
+            item = out.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            out.put(item)
+            raise item
+        return item
+
     @abc.abstractmethod
     def next(self, timeout: float | None) -> WatchBatch | None:
         """Block up to ``timeout`` seconds (``None`` = forever) for the next batch.
@@ -293,14 +306,7 @@ class _MemoryWatch(BackendWatch):
     def next(self, timeout: float | None) -> WatchBatch | None:
         if self._closed and self.queue.empty():
             raise EOFError("watch closed")
-        try:
-            item = self.queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if isinstance(item, BaseException):
-            self.queue.put(item)  # sticky: every later call raises again
-            raise item
-        return item
+        return self._take(self.queue, timeout)
 
     def request_progress(self) -> None:
         self._backend._progress(self)
@@ -580,16 +586,10 @@ class _EtcdWatch(BackendWatch):
         return True
 
     def next(self, timeout: float | None) -> WatchBatch | None:
-        try:
-            item = self._out.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if isinstance(item, WatchBatch):
+        item = self._take(self._out, timeout)
+        if item is not None:
             with self._count_lock:
                 self._pending -= max(1, len(item.events))
-        if isinstance(item, BaseException):
-            self._out.put(item)  # sticky
-            raise item
         return item
 
     def request_progress(self) -> None:
@@ -648,13 +648,9 @@ class _HubWatch(BackendWatch):
     def next(self, timeout: float | None) -> WatchBatch | None:
         if self._closed and self._out.empty():
             raise EOFError("watch closed")
-        try:
-            item = self._out.get(timeout=timeout)
-        except queue.Empty:
+        item = self._take(self._out, timeout)
+        if item is None:
             return None
-        if isinstance(item, BaseException):
-            self._out.put(item)  # sticky: every later call raises again
-            raise item
         if item is self._replay:
             self._replay = None
         else:
