@@ -496,15 +496,39 @@ def _kv_from_pb(pb: Any) -> KeyValue:
     )
 
 
+class _Pending:
+    """How many events a watch has queued that its consumer has not taken yet, against its ``max_pending``.
+    Thread-safe: the producing thread reserves, the consuming thread releases."""
+
+    __slots__ = ("_count", "_lock", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, count: int) -> bool:
+        """Count ``count`` more events queued; False (nothing counted) if that would pass the limit while some are
+        still waiting (a batch larger than the limit is still taken by an empty watch)."""
+        with self._lock:
+            if self._count + count > self.limit and self._count > 0:
+                return False
+            self._count += count
+            return True
+
+    def release(self, batch: WatchBatch) -> None:
+        """The consumer took ``batch``."""
+        with self._lock:
+            self._count -= max(1, len(batch.events))
+
+
 class _EtcdWatch(BackendWatch):
     """One gRPC Watch stream, read by a daemon thread into a queue."""
 
     def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int, max_pending: int) -> None:
         from etcd3 import etcdrpc
 
-        self._max_pending = max_pending
-        self._pending = 0  # events queued, not yet taken by next(); under _count_lock
-        self._count_lock = threading.Lock()
+        self._pending = _Pending(max_pending)  # events queued, not yet taken by next()
         self._rpc = etcdrpc
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
@@ -571,13 +595,9 @@ class _EtcdWatch(BackendWatch):
 
     def _offer(self, batch: WatchBatch, count: int) -> bool:
         """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False."""
-        with self._count_lock:
-            overflow = self._pending + count > self._max_pending and self._pending > 0
-            if not overflow:
-                self._pending += count
-        if overflow:
+        if not self._pending.reserve(count):
             self._overflowed = True
-            self._put(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
+            self._put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
             self._closed.set()
             self._requests.put(None)
             self._call.cancel()
@@ -588,8 +608,7 @@ class _EtcdWatch(BackendWatch):
     def next(self, timeout: float | None) -> WatchBatch | None:
         item = self._take(self._out, timeout)
         if item is not None:
-            with self._count_lock:
-                self._pending -= max(1, len(item.events))
+            self._pending.release(item)
         return item
 
     def request_progress(self) -> None:
@@ -618,9 +637,7 @@ class _HubWatch(BackendWatch):
         self._hub = hub
         self.prefix = prefix
         self.start = start
-        self._max_pending = max_pending
-        self._pending = 0  # events queued, not yet taken by next(); under _count_lock
-        self._count_lock = threading.Lock()
+        self._pending = _Pending(max_pending)  # events queued, not yet taken by next()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._replay: WatchBatch | None = None  # the buffered events it started with (not counted in _pending)
         self._closed = False
@@ -629,13 +646,9 @@ class _HubWatch(BackendWatch):
         """Queue ``batch`` (the hub's reader, with the hub's lock held); False when this watch overflowed and was
         ended (the caller then drops it)."""
         count = max(1, len(batch.events))
-        with self._count_lock:
-            overflow = self._pending + count > self._max_pending and self._pending > 0
-            if not overflow:
-                self._pending += count
-        if overflow:
+        if not self._pending.reserve(count):
             self._overflowed = True
-            self.fail(WatchOverflowError(f"watch consumer more than {self._max_pending} events behind"))
+            self.fail(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
             return False
         self._out.put(batch)
         self._notify()
@@ -654,8 +667,7 @@ class _HubWatch(BackendWatch):
         if item is self._replay:
             self._replay = None
         else:
-            with self._count_lock:
-                self._pending -= max(1, len(item.events))
+            self._pending.release(item)
         return item
 
     def request_progress(self) -> None:
