@@ -32,13 +32,17 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from keyqueue.apiserver import find_etcd_binary
 from keyqueue.lab.common import format_duration, write_json
 from keyqueue.lab.load import run_load_subprocess
 from keyqueue.lab.pipeline import Pipeline, PipelineConfig, microbench_queue
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Case, Context, Measurement, Skip
 
 TARGETS = (
     ("/trigger p50", "trigger_handler", "p50", 3e-3),
@@ -193,6 +197,77 @@ def decode_microbench(n: int = 5000) -> dict[str, float]:
     finally:
         w._api_client.close()
     return {"json_loads_s": informer, "watch_unmarshal_event_s": official}
+
+
+G_PIPELINE = "pipeline (benchmarks/bench_pipeline.py: trigger → API server → etcd → informer → queue → worker)"
+
+
+def cases(smoke: bool, run: Callable[[str, argparse.Namespace], dict[str, Any]] | None = None) -> list[Case]:
+    """The issue-18 pipeline rows of ``python -m benchmarks``: one pipeline run (etcd with fsync on, the API server
+    in a child process, 4 workers, 2 ms reconciles), whose concurrency-1 phase (500 triggers) is the baseline of its
+    concurrency-10 phase (1,000 triggers), both in the same run. ``--smoke`` skips them: starting etcd, the API
+    server and the load generator takes longer than the whole smoke run, and ``tests/pipeline`` runs this script's
+    own ``--smoke``. A run whose final check (every triggered name reconciled after its last trigger) fails, or that
+    had load errors, raises: its figures would not describe a working pipeline. ``run`` replaces :func:`run_mode`
+    (tests).
+    """
+    # Imported here: this file also runs as a script (``python benchmarks/bench_pipeline.py``), where the
+    # ``benchmarks`` package is not importable before main() puts the project on the path.
+    from benchmarks.harness import Case, Check, Measurement, Skip
+
+    run_pipeline = run_mode if run is None else run
+    args = argparse.Namespace(backend="etcd", workers=4, reconcile=0.002, switch_interval=None, warmup=40,
+                              concurrency=10, requests=1000, keys=20, floor=True)
+    memo: dict[str, Any] = {}
+
+    def measured() -> dict[str, Any] | Skip:
+        if "out" not in memo and smoke:
+            memo["out"] = Skip("full runs only (etcd, the API server and a load generator; tests/pipeline runs "
+                               "bench_pipeline.py --smoke)")
+        if "out" not in memo and run is None:
+            try:
+                find_etcd_binary()
+            except FileNotFoundError as e:
+                memo["out"] = Skip(f"no etcd binary ({e})")
+        if "out" not in memo:
+            result = run_pipeline("process", args)
+            for phase in result["phases"]:
+                if not phase["verification"]["ok"] or phase["load"]["errors"]:
+                    raise RuntimeError(f"pipeline run at concurrency {phase['concurrency']} failed its check: "
+                                       f"verification {phase['verification']}, load errors {phase['load']['errors']}")
+            memo["out"] = result
+        return cast("dict[str, Any] | Skip", memo["out"])
+
+    def row(phase_index: int, stage: str) -> Callable[[Context], Measurement | Skip]:
+        def measure(ctx: Context) -> Measurement | Skip:
+            out = measured()
+            if isinstance(out, Skip):
+                return out
+            phase = out["phases"][phase_index]
+            st = phase["stages"][stage]
+            if not st["n"]:
+                return Skip(f"no {stage} samples at concurrency {phase['concurrency']}")
+            load = phase["load"]
+            return Measurement(
+                "µs", [st["p50"] * 1e6], ops=int(st["n"]),
+                note=(f"{args.backend}, {phase['requests']} triggers at concurrency {phase['concurrency']}, "
+                      f"{load['rps']:,.0f}/s, {st['n']} samples, p99 {st['p99'] * 1e6:,.0f} µs, "
+                      f"load average after {out['loadavg_after'][0]:.1f}"),
+                extra={"stage": dict(st), "rps": load["rps"], "cpu_per_trigger_s": phase["cpu_per_trigger_s"]},
+            )
+        return measure
+
+    target = (Check("≤ 300 µs", "le", 300.0),)
+    c = args.concurrency
+    return [
+        Case("pipeline.get_c1", "enqueue → worker Get median, concurrency 1 (the floor)", G_PIPELINE,
+             row(0, "enqueue_to_get")),
+        Case("pipeline.get", f"enqueue → worker Get median, concurrency {c} (every add that queued a key)",
+             G_PIPELINE, row(1, "enqueue_to_get"), baseline="pipeline.get_c1", checks=target,
+             needs=("pipeline.get_c1",)),
+        Case("pipeline.get_idle", f"the same, adds that found a worker idle (concurrency {c})", G_PIPELINE,
+             row(1, "enqueue_to_get_idle"), baseline="pipeline.get_c1", needs=("pipeline.get_c1",)),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     plugin_cases, plugin_skips = _apiserver_cases(args.smoke)
+    from benchmarks.bench_pipeline import cases as pipeline_cases
     from benchmarks.bench_redis import cases as redis_cases
 
-    cases = build_cases(args.smoke) + plugin_cases + redis_cases(args.smoke)
+    cases = build_cases(args.smoke) + plugin_cases + redis_cases(args.smoke) + pipeline_cases(args.smoke)
     if args.list:
         for c in cases:
             print(f"{c.id:24} {c.name}")

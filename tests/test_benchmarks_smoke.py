@@ -28,7 +28,7 @@ ALWAYS = {
 }
 # Rows that depend on modules or packages that may be missing: measured, or skipped with a reason.
 OPTIONAL = {"metrics.cycle", "metrics.dedup", "metrics.noop", "aio.cycle", "aio.dedup", "prio.cycle",
-            "prio.cycle_priority", "prio.bulk", "base.aiok8s"}
+            "prio.cycle_priority", "prio.bulk", "base.aiok8s", "pipeline.get_c1", "pipeline.get", "pipeline.get_idle"}
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +170,28 @@ def test_evaluate_passes_misses_and_says_na_without_a_reference() -> None:
 def test_context_sizes() -> None:
     assert Context(smoke=True).size(1000, 10) == 10
     assert Context(smoke=False).size(1000, 10) == 1000
+
+
+def test_readme_table_is_generated_from_the_report(smoke_run: dict[str, Any], tmp_path: Path) -> None:
+    from benchmarks.readme_table import BEGIN, END, render, replace_between_markers
+    from benchmarks.readme_table import main as table_main
+
+    report = smoke_run["report"]
+    table = render(report, compiled=report)
+    for r in report["results"]:
+        if r["targets"]:
+            assert f"| {r['name']} |" in table, r["id"]
+    assert "compiled build" in table and "--smoke" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\nold table\n{END}\noutro\n")
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    assert table_main([str(path), "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("intro\n") and text.endswith(f"{END}\noutro\n")
+    assert render(report) in text
+    with pytest.raises(ValueError, match="expected one"):
+        replace_between_markers("no markers here", "x")
+    readme.write_text(f"{END}\n{BEGIN}\n")  # wrong order: refused, file untouched
+    assert table_main([str(path), "--write", str(readme)]) == 2
+    assert readme.read_text() == f"{END}\n{BEGIN}\n"
