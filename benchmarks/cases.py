@@ -291,17 +291,19 @@ def _import_aio() -> Any:
         return Skip(f"keyqueue.aio is not importable yet (asyncio shell issue in progress): {e}")
 
 
-def _aio_cycle(ctx: Context) -> Measurement | Skip:
-    aio = _import_aio()
-    if isinstance(aio, Skip):
-        return aio
+def _aio_cycle(cls_name: str) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        aio = _import_aio()
+        if isinstance(aio, Skip):
+            return aio
+        cls = getattr(aio, cls_name)
 
-    async def make() -> Any:
-        return aio.Queue()
+        async def make() -> Any:
+            return cls()  # in the loop: a loop-owned queue binds to it
 
-    probe = aio.Queue
-    body = _aio_cycle_async_add if inspect.iscoroutinefunction(probe.add) else _aio_cycle_sync_add
-    return _async_loop_row(ctx, make, body)
+        body = _aio_cycle_async_add if inspect.iscoroutinefunction(cls.add) else _aio_cycle_sync_add
+        return _async_loop_row(ctx, make, body)
+    return run
 
 
 async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
@@ -316,15 +318,56 @@ async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
     await it.aclose()
 
 
-def _aio_iterate(ctx: Context) -> Measurement | Skip:
-    aio = _import_aio()
-    if isinstance(aio, Skip):
-        return aio
+def _aio_iterate(cls_name: str) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        aio = _import_aio()
+        if isinstance(aio, Skip):
+            return aio
+        cls = getattr(aio, cls_name)
 
-    async def make() -> Any:
-        return aio.Queue()
+        async def make() -> Any:
+            return cls()
 
-    return _async_loop_row(ctx, make, _aio_iterate_body)
+        return _async_loop_row(ctx, make, _aio_iterate_body)
+    return run
+
+
+def _aio_foreign_add(n: int) -> Callable[[Context], Measurement | Skip]:
+    """``add`` of ``n`` new keys to a loop-owned queue from a thread other than its loop's (each → DEFERRED): the
+    queue is built in a loop in a helper thread, so the measuring thread is a foreign one. The loop is not
+    running while the adds are timed: the row times handing the calls over, not applying them."""
+    def run(ctx: Context) -> Measurement | Skip:
+        aio = _import_aio()
+        if isinstance(aio, Skip):
+            return aio
+        if not hasattr(aio, "LoopQueue"):
+            return Skip("keyqueue.aio.LoopQueue does not exist yet")
+        loops: list[asyncio.AbstractEventLoop] = []
+
+        def make() -> Any:
+            made: list[Any] = []
+
+            def build() -> None:
+                loop = asyncio.new_event_loop()
+                loops.append(loop)
+
+                async def new() -> Any:
+                    return aio.LoopQueue()
+
+                made.append(loop.run_until_complete(new()))
+
+            t = threading.Thread(target=build)
+            t.start()
+            t.join()
+            return made[0]
+
+        try:
+            return time_batch(ctx, "for k in ks: add(k)", "q = make(); add = q.add", {"make": make, "ks": keys(n)},
+                              ops=n, unit="ns/op")
+        finally:
+            for loop in loops:
+                loop.close()
+    return run
 
 
 def _aio_dedup(ctx: Context) -> Measurement | Skip:
@@ -605,12 +648,17 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
         Case("metrics.noop", "add+get+done, named queue, default provider", G_OPT, _named_no_provider,
              baseline="cycle", needs=("cycle",)),
-        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_cycle, baseline="cycle",
-             checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),
-                     Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio")),
-             needs=("cycle", "base.asyncio")),
-        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_iterate,
+        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_cycle("Queue"), baseline="cycle",
+             checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),), needs=("cycle",)),
+        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_iterate("Queue"),
              baseline="base.asyncio", needs=("base.asyncio",)),
+        Case("aio.loop_cycle", "loop-owned asyncio queue (LoopQueue): add + await get + done", G_OPT,
+             _aio_cycle("LoopQueue"), baseline="base.asyncio",
+             checks=(Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio"),), needs=("base.asyncio",)),
+        Case("aio.loop_iter", "LoopQueue: async for key in q: + add(key)", G_OPT, _aio_iterate("LoopQueue"),
+             baseline="base.asyncio", needs=("base.asyncio",)),
+        Case("aio.loop_foreign_add", f"LoopQueue: add from another thread, {n_new:,} new keys → DEFERRED", G_OPT,
+             _aio_foreign_add(n_new), baseline="add.new", needs=("add.new",)),
         Case("aio.dedup", "asyncio shell: add, key waiting → DEDUP", G_OPT, _aio_dedup, baseline="add.dedup",
              needs=("add.dedup",)),
         Case("prio.cycle", "PriorityQueue add+get+done, one key", G_OPT, _prio_cycle(None), baseline="cycle",
@@ -639,7 +687,7 @@ def build_cases(smoke: bool) -> list[Case]:
     interleaved = {
         "add.dedup", "add.processing_dedup", "cycle", "cycle.no_busy_check", "base.floor", "iter", "aio.iter",
         "metrics.cycle", "metrics.hooks", "metrics.dedup",
-        "metrics.noop", "aio.cycle",
+        "metrics.noop", "aio.cycle", "aio.loop_cycle", "aio.loop_iter",
         "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
         "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,
     }

@@ -37,6 +37,7 @@ task's key stays "processing" until someone calls ``done`` on it.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import sys
@@ -45,7 +46,7 @@ from asyncio import AbstractEventLoop, Future
 from collections import deque
 from collections.abc import Callable, Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from keyqueue._core import DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
@@ -57,10 +58,19 @@ __all__ = ["DelayingQueue", "LoopDelayingQueue", "LoopQueue", "LoopRateLimitingQ
 T = TypeVar("T", bound=Hashable)
 
 _get_running_loop = asyncio._get_running_loop  # public in asyncio.__all__; returns None outside a loop
-# The loop-owned queues' owner check. Measured on CPython 3.11 (x86-64 Linux): get_ident() and an int compare cost
-# ~35 ns; _get_running_loop() ~200 ns, because its C code calls getpid() (a system call) on every call to notice a
-# fork. An owner-thread check is as correct here: see LoopQueue.
-_get_ident = threading.get_ident
+
+
+class _Owned(Protocol):
+    # _thread.RLock's _is_owned() (what threading.Condition uses; typeshed does not declare it): True exactly in
+    # the thread that holds the lock. It reads two fields and returns a bool singleton.
+    def _is_owned(self) -> bool: ...
+
+
+# The loop-owned queues' owner check (see LoopQueue), measured on CPython 3.11, x86-64 Linux, per call of a method
+# that does nothing else: an RLock held by the owner, `rlock._is_owned()`, ~13 ns; `threading.get_ident() != owner`
+# ~30 ns (a builtin call that is not specialised, and a new int); `asyncio._get_running_loop() is loop` ~200 ns
+# (its C code calls getpid(), a system call, every time, to notice a fork).
+_BUSY: Final = cast(_Owned, _thread.RLock())  # never acquired: _is_owned() is False in every thread
 
 # A waiter future's result says who woke it: _BY_QUEUE means "removed from the waiter deque by a waker" (it may
 # now find a key); _BY_TIMER means its own timer fired and it is still in the deque (it must remove itself).
@@ -159,7 +169,7 @@ class Queue(ShellBase[T]):
         lock = self._lock
         lock.acquire()
         try:
-            item = self._pop_ready()
+            item = self._core.pop() if not self._getters else self._pop_ready()  # see _pop_ready
         finally:
             lock.release()
         if item is not EMPTY:
@@ -168,7 +178,9 @@ class Queue(ShellBase[T]):
 
     def _pop_ready(self) -> T | _Empty:
         """Take the next ready key, :data:`~keyqueue._core.EMPTY` if none (lock held). If more keys are ready (the
-        finished key was queued again, several delayed keys fell due at once), the wake-up is passed on."""
+        finished key was queued again, several delayed keys fell due at once), the wake-up is passed on; so is it
+        when the pop raises. With no getter waiting this is exactly ``core.pop()``, which the hot paths call
+        directly (``_getters`` cannot change while the lock is held)."""
         core = self._core
         try:
             item = core.pop()
@@ -194,7 +206,7 @@ class Queue(ShellBase[T]):
         core = self._core
         if not core.done(previous) and self._drainers and core.idle():
             self._wake_drainers()
-        return self._pop_ready()
+        return core.pop() if not self._getters else self._pop_ready()
 
     def _done_anywhere(self, item: T) -> None:
         """``done(item)`` for :class:`KeyIterator`, which may be let go of in any thread (a garbage collection)."""
@@ -419,7 +431,8 @@ class LoopQueue(Queue[T]):
     Built inside a coroutine or callback of a running loop (else ``RuntimeError``), it binds to that loop and its
     thread. Calls made in that thread (the loop's tasks and callbacks, and plain code of that thread) touch the
     core directly: nothing else ever does, so no check-then-act can race and no lock is needed. Each call first
-    compares ``threading.get_ident()`` with the owner's, which is all the cross-thread support costs there.
+    checks that it runs in the owner thread (``_is_owned()`` of an RLock that thread holds for the queue's life),
+    which is all the cross-thread support costs there.
 
     **Other threads.** ``add``, ``add_after``, ``add_rate_limited`` and ``shut_down`` never block and may be called
     from any thread: an add of a key already waiting returns ``DEDUP`` at once (the lock-free probe of
@@ -449,12 +462,15 @@ class LoopQueue(Queue[T]):
     code; only the entry points differ, where :class:`Queue` takes its lock.
     """
 
-    # The core is touched by the owner thread only. _free is the owner's thread id while no call of this queue runs
-    # and 0 while one does: a call proceeds only if get_ident() equals it, which is true exactly in the owner thread
-    # outside another call of the queue (a check and two stores, no atomicity needed: no other thread writes them).
+    # The core is touched by the owner thread only. _here is an RLock the owner thread acquired at construction and
+    # never releases. _free is _here while no call of this queue runs and _BUSY while one does: a call proceeds
+    # only if _free._is_owned(), which is true exactly in the owner thread outside another call of the queue (a
+    # check and two stores; no atomicity is needed: only the owner thread ever writes _free, and only after the
+    # check passed). Every other call is handed to the loop or refused, so the core never sees two threads.
     _loop: AbstractEventLoop
-    _owner: int
-    _free: int
+    _here: _Owned
+    _free: _Owned
+    _owner: int  # the owner's thread id, for error messages
 
     _deferred_what = "Exception in a keyqueue call handed to the queue's event loop"
 
@@ -466,7 +482,10 @@ class LoopQueue(Queue[T]):
                 "callback running on that loop (or use keyqueue.aio.Queue, which needs no loop)"
             )
         self._loop = loop
-        self._owner = self._free = _get_ident()
+        here = _thread.RLock()
+        here.acquire()
+        self._here = self._free = cast(_Owned, here)
+        self._owner = threading.get_ident()
         # Typed as the lock it stands in for: the shared code uses only the four operations _OwnerCheck has.
         return cast(threading.Lock, _OwnerCheck(self))
 
@@ -480,9 +499,9 @@ class LoopQueue(Queue[T]):
             )
         return super()._new_core(name, metrics_provider, stats)
 
-    def _misplaced(self, call: str, me: int) -> RuntimeError:
-        """The error for ``call`` made where it may not touch the core (thread ``me``)."""
-        if me == self._owner:
+    def _misplaced(self, call: str) -> RuntimeError:
+        """The error for ``call``, made where it may not touch the core."""
+        if self._here._is_owned():
             return RuntimeError(
                 f"{call} was called on {type(self).__name__}'s own thread while another of its calls is still "
                 "running there (a signal handler, a __del__ or a callback of the queue); from there only add, "
@@ -490,9 +509,9 @@ class LoopQueue(Queue[T]):
             )
         return RuntimeError(
             f"{call} of a {type(self).__name__} must be called on the thread of its event loop (thread "
-            f"{self._owner}), not thread {me}; other threads may only call add, add_after, add_rate_limited, "
-            "forget, num_requeues and shut_down (applied later, on the owning loop): run the call on the loop "
-            "(loop.call_soon_threadsafe, asyncio.run_coroutine_threadsafe) or use keyqueue.aio.Queue"
+            f"{self._owner}), not thread {threading.get_ident()}; other threads may only call add, add_after, "
+            "add_rate_limited, forget, num_requeues and shut_down (applied later, on the owning loop): run the call "
+            "on the loop (loop.call_soon_threadsafe, asyncio.run_coroutine_threadsafe) or use keyqueue.aio.Queue"
         )
 
     # -- the entry points: the owner check where Queue takes its lock --------------------------------------
@@ -500,77 +519,77 @@ class LoopQueue(Queue[T]):
     def add(self, item: T) -> AddResult:
         """As :meth:`Queue.add` on the loop's thread. From another thread: ``DEDUP`` for a key already waiting,
         else validated and applied later on the loop: ``DEFERRED`` (``DROPPED`` once the loop is closed)."""
-        me = _get_ident()
-        if me != self._free:
+        free = self._free
+        if not free._is_owned():
             return super().add(item)  # the probe, then (the check says "busy") _acquire_unless_own -> _defer
-        self._free = 0
+        self._free = _BUSY
         try:
             outcome = self._core.add(item)
             if outcome is QUEUED and self._getters:
                 self._wake_one()
         finally:
-            self._free = me
+            self._free = free
         return outcome
 
     def done(self, item: T) -> bool:
         """As :meth:`Queue.done`; only on the loop's thread (``RuntimeError`` elsewhere, see the class)."""
-        me = _get_ident()
-        if me != self._free:
-            if me != self._owner:
-                raise self._misplaced("done()", me)
+        free = self._free
+        if not free._is_owned():
+            if not self._here._is_owned():
+                raise self._misplaced("done()")
             check_hashable(item)
             self._defer(self.done, item)  # nested in another call of this queue: right after it, on the loop
             return False
-        self._free = 0
+        self._free = _BUSY
         try:
             requeued = self._core.done(item)
             if requeued or self._drainers:
                 self._after_done(requeued)
             return requeued
         finally:
-            self._free = me
+            self._free = free
 
     async def get(self, timeout: float | None = None) -> T:
         """As :meth:`Queue.get`, awaited on the loop's thread (``RuntimeError`` elsewhere, nothing taken)."""
         if timeout is not None:
             timeout = check_timeout(timeout)
-        me = _get_ident()
-        if me != self._free:
-            raise self._misplaced("get()", me)
-        self._free = 0
+        free = self._free
+        if not free._is_owned():
+            raise self._misplaced("get()")
+        self._free = _BUSY
         try:
-            item = self._pop_ready()
+            item = self._core.pop() if not self._getters else self._pop_ready()  # see _pop_ready
         finally:
-            self._free = me
+            self._free = free
         if item is not EMPTY:
             return item  # type: ignore[return-value]  # not EMPTY, so a T
         return await self._wait_and_pop(timeout)
 
     def _done_and_pop(self, previous: T) -> T | _Empty:
-        me = _get_ident()
-        if me != self._free:
-            raise self._misplaced("async for", me)
-        self._free = 0
+        free = self._free
+        if not free._is_owned():
+            raise self._misplaced("async for")
+        self._free = _BUSY
         try:
             return self._done_then_pop(previous)
         finally:
-            self._free = me
+            self._free = free
 
     def _done_anywhere(self, item: T) -> None:
-        if _get_ident() == self._free:
+        if self._free._is_owned():
             self.done(item)
         else:
             self._defer(self.done, item)  # let go of in another thread, or inside another call of the queue
 
     def shut_down(self) -> None:
         """As :meth:`Queue.shut_down`; from another thread it is applied later, on the owning loop."""
-        if _get_ident() != self._free:
+        if not self._free._is_owned():
             self._defer(self.shut_down)
             return
         super().shut_down()
 
     def _on_clock_jump(self) -> None:
-        if _get_ident() != self._free:
+        if not self._free._is_owned():
             self._defer(self._on_clock_jump)  # FakeClock.step in another thread: the getters re-check on the loop
             return
         super()._on_clock_jump()
@@ -599,7 +618,7 @@ class LoopQueue(Queue[T]):
     def _run_deferred(self) -> None:
         # On the loop (the helper token is held): the calls queued so far, then the loop goes on; calls queued
         # meanwhile get the next iteration, so a thread adding without pause cannot keep the loop in here.
-        if _get_ident() != self._owner:
+        if not self._here._is_owned():
             raise RuntimeError(f"the event loop of {self!r} now runs in another thread than the one it was bound "
                                "in; calls handed to it can no longer be applied")
         pending = self._deferred
@@ -627,19 +646,18 @@ class _OwnerCheck:
 
     def acquire(self) -> bool:
         q = self._queue
-        me = _get_ident()
-        if me != q._free:
+        if not q._free._is_owned():
             name = sys._getframe(1).f_code.co_name
-            raise q._misplaced(f"{name.strip('_')}()", me)
-        q._free = 0
+            raise q._misplaced(f"{name.strip('_')}()")
+        q._free = _BUSY
         return True
 
     def release(self) -> None:
         q = self._queue
-        q._free = q._owner
+        q._free = q._here
 
     def locked(self) -> bool:
-        return _get_ident() != self._queue._free
+        return not self._queue._free._is_owned()
 
     __enter__ = acquire
 
