@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.shells import REDIS_SHELLS, REDIS_SKIPS, SHELLS
+from tests.shells import LOOP_SKIPS, REDIS_SHELLS, REDIS_SKIPS, SHELLS
 
 
 @pytest.fixture(params=sorted(SHELLS))
@@ -36,6 +36,10 @@ def make_queue(shell: str, request: pytest.FixtureRequest) -> Iterator[Callable[
     created: list[Any] = []
     if shell in REDIS_SHELLS:
         reason = REDIS_SKIPS.get(request.node.originalname)
+        if reason is not None:
+            pytest.skip(reason)
+    elif shell == "asyncio-loop":
+        reason = LOOP_SKIPS.get(request.node.originalname)
         if reason is not None:
             pytest.skip(reason)
         url = request.getfixturevalue("redis_url")

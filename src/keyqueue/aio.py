@@ -48,7 +48,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
-from keyqueue._core import DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
+from keyqueue._core import DEDUP, DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
 from keyqueue.metrics import NoopMetricsProvider, get_provider
@@ -522,6 +522,12 @@ class LoopQueue(Queue[T]):
         free = self._free
         if not free._is_owned():
             return super().add(item)  # the probe, then (the check says "busy") _acquire_unless_own -> _defer
+        try:
+            if item in self._fast_dirty:  # as in Queue.add; it also refuses an unhashable key, even after shutdown
+                return DEDUP
+        except TypeError:
+            check_hashable(item)
+            raise
         self._free = _BUSY
         try:
             outcome = self._core.add(item)
@@ -568,6 +574,7 @@ class LoopQueue(Queue[T]):
     def _done_and_pop(self, previous: T) -> T | _Empty:
         free = self._free
         if not free._is_owned():
+            self._done_anywhere(previous)  # the iterator has let go of it: finished on the loop, not left processing
             raise self._misplaced("async for")
         self._free = _BUSY
         try:
