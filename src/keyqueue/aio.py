@@ -18,6 +18,11 @@ without a running event loop: an informer or callback thread feeding async worke
 ``shut_down_with_drain()`` must be awaited in an event loop; coroutines of one queue may even wait in several
 loops at once (each waiter is woken in its own loop).
 
+**Loop-owned queues.** :class:`LoopQueue`, :class:`LoopDelayingQueue` and :class:`LoopRateLimitingQueue` are the
+same queues bound to the event loop they are built in: calls on that loop's thread take no lock (only that thread
+touches the core); other threads may only add (handed to the loop: ``AddResult.DEFERRED``) and shut down, and
+every other call raises ``RuntimeError`` there. See :class:`LoopQueue` for when to choose them.
+
 No background task or thread is started. A ``get()`` that waits while a delayed key is pending sleeps until that
 key is due (a ``loop.call_later`` timer; on a :class:`~keyqueue.FakeClock`, until the clock is stepped, from any
 thread) and fires it itself.
