@@ -291,7 +291,9 @@ def _import_aio() -> Any:
         return Skip(f"keyqueue.aio is not importable yet (asyncio shell issue in progress): {e}")
 
 
-def _aio_cycle(cls_name: str) -> Callable[[Context], Measurement | Skip]:
+def _aio_row(cls_name: str, iterate: bool = False) -> Callable[[Context], Measurement | Skip]:
+    """A row of one ``keyqueue.aio`` class, the queue built in the row's loop (a loop-owned queue binds to it):
+    the add + get + done cycle, or ``async for`` with an add per iteration (``iterate``)."""
     def run(ctx: Context) -> Measurement | Skip:
         aio = _import_aio()
         if isinstance(aio, Skip):
@@ -299,9 +301,12 @@ def _aio_cycle(cls_name: str) -> Callable[[Context], Measurement | Skip]:
         cls = getattr(aio, cls_name)
 
         async def make() -> Any:
-            return cls()  # in the loop: a loop-owned queue binds to it
+            return cls()
 
-        body = _aio_cycle_async_add if inspect.iscoroutinefunction(cls.add) else _aio_cycle_sync_add
+        if iterate:
+            body = _aio_iterate_body
+        else:
+            body = _aio_cycle_async_add if inspect.iscoroutinefunction(cls.add) else _aio_cycle_sync_add
         return _async_loop_row(ctx, make, body)
     return run
 
@@ -316,20 +321,6 @@ async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
         add(k)
         await nx()
     await it.aclose()
-
-
-def _aio_iterate(cls_name: str) -> Callable[[Context], Measurement | Skip]:
-    def run(ctx: Context) -> Measurement | Skip:
-        aio = _import_aio()
-        if isinstance(aio, Skip):
-            return aio
-        cls = getattr(aio, cls_name)
-
-        async def make() -> Any:
-            return cls()
-
-        return _async_loop_row(ctx, make, _aio_iterate_body)
-    return run
 
 
 def _aio_foreign_add(n: int) -> Callable[[Context], Measurement | Skip]:
@@ -648,14 +639,14 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
         Case("metrics.noop", "add+get+done, named queue, default provider", G_OPT, _named_no_provider,
              baseline="cycle", needs=("cycle",)),
-        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_cycle("Queue"), baseline="cycle",
+        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_row("Queue"), baseline="cycle",
              checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),), needs=("cycle",)),
-        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_iterate("Queue"),
+        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_row("Queue", iterate=True),
              baseline="base.asyncio", needs=("base.asyncio",)),
         Case("aio.loop_cycle", "loop-owned asyncio queue (LoopQueue): add + await get + done", G_OPT,
-             _aio_cycle("LoopQueue"), baseline="base.asyncio",
+             _aio_row("LoopQueue"), baseline="base.asyncio",
              checks=(Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio"),), needs=("base.asyncio",)),
-        Case("aio.loop_iter", "LoopQueue: async for key in q: + add(key)", G_OPT, _aio_iterate("LoopQueue"),
+        Case("aio.loop_iter", "LoopQueue: async for key in q: + add(key)", G_OPT, _aio_row("LoopQueue", iterate=True),
              baseline="base.asyncio", needs=("base.asyncio",)),
         Case("aio.loop_foreign_add", f"LoopQueue: add from another thread, {n_new:,} new keys → DEFERRED", G_OPT,
              _aio_foreign_add(n_new), baseline="add.new", needs=("add.new",)),

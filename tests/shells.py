@@ -130,12 +130,11 @@ class AioFacade:
         return f"<AioFacade {self.queue!r}>"
 
 
+_AIO_NAMES = {"queue": "Queue", "delaying": "DelayingQueue", "ratelimiting": "RateLimitingQueue"}
+
+
 def aio(kind: str, *args: Any, **kwargs: Any) -> AioFacade:
-    cls = {
-        "queue": keyqueue.aio.Queue,
-        "delaying": keyqueue.aio.DelayingQueue,
-        "ratelimiting": keyqueue.aio.RateLimitingQueue,
-    }[kind]
+    cls = getattr(keyqueue.aio, _AIO_NAMES[kind])
     return AioFacade(cls(*args, **kwargs))
 
 
@@ -177,11 +176,7 @@ class LoopFacade(AioFacade):
 
 
 def aio_loop(kind: str, *args: Any, **kwargs: Any) -> LoopFacade:
-    cls = {
-        "queue": keyqueue.aio.LoopQueue,
-        "delaying": keyqueue.aio.LoopDelayingQueue,
-        "ratelimiting": keyqueue.aio.LoopRateLimitingQueue,
-    }[kind]
+    cls = getattr(keyqueue.aio, "Loop" + _AIO_NAMES[kind])
     return LoopFacade(lambda: cls(*args, **kwargs))
 
 

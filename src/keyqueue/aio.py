@@ -53,7 +53,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
-from keyqueue._core import DEDUP, DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
+from keyqueue._core import DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
 from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
 from keyqueue.errors import ShutDown
 from keyqueue.metrics import NoopMetricsProvider, get_provider
@@ -527,17 +527,17 @@ class LoopQueue(Queue[T]):
         free = self._free
         if not free._is_owned():
             return super().add(item)  # the probe, then (the check says "busy") _acquire_unless_own -> _defer
-        try:
-            if item in self._fast_dirty:  # as in Queue.add; it also refuses an unhashable key, even after shutdown
-                return DEDUP
-        except TypeError:
-            check_hashable(item)
-            raise
         self._free = _BUSY
         try:
             outcome = self._core.add(item)
-            if outcome is QUEUED and self._getters:
-                self._wake_one()
+            if outcome is QUEUED:
+                if self._getters:
+                    self._wake_one()
+            elif outcome is DROPPED:
+                check_hashable(item)  # a shut-down core answers before it looks at the key: refuse a bad one
+        except TypeError:
+            check_hashable(item)  # the same clear error as Queue.add for an unhashable key
+            raise
         finally:
             self._free = free
         return outcome
@@ -548,9 +548,7 @@ class LoopQueue(Queue[T]):
         if not free._is_owned():
             if not self._here._is_owned():
                 raise self._misplaced("done()")
-            check_hashable(item)
-            self._defer(self.done, item)  # nested in another call of this queue: right after it, on the loop
-            return False
+            return super().done(item)  # nested in another call of this queue: deferred, right after it, on the loop
         self._free = _BUSY
         try:
             requeued = self._core.done(item)
