@@ -38,11 +38,11 @@ def make_queue(shell: str, request: pytest.FixtureRequest) -> Iterator[Callable[
         reason = REDIS_SKIPS.get(request.node.originalname)
         if reason is not None:
             pytest.skip(reason)
+        url = request.getfixturevalue("redis_url")
     elif shell == "asyncio-loop":
         reason = LOOP_SKIPS.get(request.node.originalname)
         if reason is not None:
             pytest.skip(reason)
-        url = request.getfixturevalue("redis_url")
 
     def factory(kind: str = "queue", *args: Any, **kwargs: Any) -> Any:
         if shell in REDIS_SHELLS:
