@@ -437,6 +437,32 @@ def _deque_lock(ctx: Context) -> Measurement:
                        {"deque": deque, "Lock": threading.Lock, "k": KEY})
 
 
+def _owner_check(how: str) -> Callable[[Context], Measurement]:
+    """One "is this the owner thread?" check, the ways a loop-owned queue could make it (issue 18), timed in the
+    thread that owns (the check passes), inside a running loop: ``_is_owned()`` of an RLock the owner holds (what
+    ``keyqueue.aio.LoopQueue`` uses), ``threading.get_ident()`` compared with the owner's, ``_get_running_loop()``
+    compared with the loop."""
+    def run(ctx: Context) -> Measurement:
+        loop = asyncio.new_event_loop()
+        lock = threading.RLock()
+        lock.acquire()
+        stmt, names = {
+            "is_owned": ("lock._is_owned()", {"lock": lock}),
+            "get_ident": ("get_ident() != owner", {"get_ident": threading.get_ident, "owner": threading.get_ident()}),
+            "running_loop": ("get_running() is loop", {"get_running": asyncio._get_running_loop, "loop": loop}),
+        }[how]
+
+        async def measure() -> Measurement:
+            return time_inline(ctx, stmt, "pass", names)
+
+        try:
+            return loop.run_until_complete(measure())
+        finally:
+            lock.release()
+            loop.close()
+    return run
+
+
 async def _asyncio_queue_body(q: Any, k: str, n: int) -> None:
     put, get = q.put, q.get
     for _ in range(n):
@@ -670,6 +696,12 @@ def build_cases(smoke: bool) -> list[Case]:
         Case("base.naive", "naive locked workqueue add+get+done", G_BASE, _cycle_of(NaiveWorkQueue),
              reference="790–1,100 ns (CPython)"),
         Case("base.asyncio", "asyncio.Queue await put + await get", G_BASE, _asyncio_queue),
+        Case("base.owner.is_owned", "owner check: RLock._is_owned() (LoopQueue's)", G_BASE, _owner_check("is_owned"),
+             baseline="base.loop", needs=("base.loop",)),
+        Case("base.owner.get_ident", "owner check: threading.get_ident() != owner", G_BASE,
+             _owner_check("get_ident"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
+        Case("base.owner.running_loop", "owner check: asyncio._get_running_loop() is loop", G_BASE,
+             _owner_check("running_loop"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
         Case("base.aiok8s", "aiok8s 0.0.2 await add+get+done", G_BASE, _aiok8s),
     ]
     for n, cid in zip(scale_sizes, scale_ids, strict=True):
@@ -680,7 +712,8 @@ def build_cases(smoke: bool) -> list[Case]:
         "metrics.cycle", "metrics.hooks", "metrics.dedup",
         "metrics.noop", "aio.cycle", "aio.loop_cycle", "aio.loop_iter",
         "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
-        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,
+        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", "base.owner.is_owned",
+        "base.owner.get_ident", "base.owner.running_loop", *scale_ids,
     }
     # "Flat" (O(1) per operation): 1,000x more keys may cost a little more through cache misses, not by a factor
     # that grows with the size (O(log n) would be ~2x over this range, O(n) ~1,000x).

@@ -71,10 +71,11 @@ class _Owned(Protocol):
     def _is_owned(self) -> bool: ...
 
 
-# The loop-owned queues' owner check (see LoopQueue), measured on CPython 3.11, x86-64 Linux, per call of a method
-# that does nothing else: an RLock held by the owner, `rlock._is_owned()`, ~13 ns; `threading.get_ident() != owner`
-# ~30 ns (a builtin call that is not specialised, and a new int); `asyncio._get_running_loop() is loop` ~200 ns
-# (its C code calls getpid(), a system call, every time, to notice a fork).
+# The loop-owned queues' owner check (see LoopQueue). The benchmark rows base.owner.* time the candidates on CPython
+# 3.11, x86-64 Linux (net of the timing loop): `rlock._is_owned()` of an RLock the owner holds ~15 ns;
+# `threading.get_ident() != owner` ~45 ns (a builtin call that is not specialised, and a new int);
+# `asyncio._get_running_loop() is loop` ~215 ns (its C code calls getpid(), a system call, every time, to notice a
+# fork).
 _BUSY: Final = cast(_Owned, _thread.RLock())  # never acquired: _is_owned() is False in every thread
 
 # A waiter future's result says who woke it: _BY_QUEUE means "removed from the waiter deque by a waker" (it may
