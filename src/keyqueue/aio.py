@@ -454,11 +454,12 @@ class LoopQueue(Queue[T]):
     or :func:`asyncio.run_coroutine_threadsafe` to run them on the loop, or use :class:`Queue`.
 
     The same goes for a call that runs on the owner thread while one of the queue's calls is still running there
-    (a signal handler, a ``__del__`` run by a garbage collection, a limiter or ordering that calls back): adds and
-    ``done`` are deferred to the loop as above (``done`` then returns ``False``), the other calls raise.
+    (a signal handler, a ``__del__`` run by a garbage collection, a limiter or ordering that calls back): adds,
+    ``done`` and ``shut_down`` are deferred to the loop as above (``done`` then returns ``False``), the other calls
+    raise.
 
     Choose it when every ``get``/``done`` runs on one loop and speed matters (an ``add``/``await get()``/``done``
-    cycle is ~30 % cheaper than :class:`Queue`'s; see the ``aio.loop_cycle`` benchmark row); keep :class:`Queue`
+    cycle costs a quarter to a third less than :class:`Queue`'s; benchmark row ``aio.loop_cycle``); keep :class:`Queue`
     when other threads need exact :class:`~keyqueue.AddResult` values, call ``done`` or ``len``, or the queue must
     emit metrics. A loop-owned queue emits none (a scrape runs in another thread): a ``name`` with a metrics
     provider other than :class:`~keyqueue.metrics.NoopMetricsProvider` (also the process-wide one) raises
