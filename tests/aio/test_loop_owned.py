@@ -459,3 +459,56 @@ def test_the_owner_thread_may_use_the_queue_outside_the_loop_run() -> None:
         assert q.done("a") is False
     finally:
         loop.close()
+
+
+def test_the_asyncio_controller_runs_on_a_loop_owned_queue_fed_by_another_thread() -> None:
+    async def main() -> None:
+        q: aio.LoopRateLimitingQueue[str] = aio.LoopRateLimitingQueue()
+        keys = [f"default/obj-{i}" for i in range(100)]
+        seen: list[str] = []
+        all_seen = asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            seen.append(key)
+            if len(set(seen)) == len(keys):
+                all_seen.set()
+
+        async with aio.Controller(reconcile, q, workers=4):
+            results = in_thread(lambda: {q.add(k) for k in keys})  # an informer's thread
+            assert results == {AddResult.DEFERRED}
+            await asyncio.wait_for(all_seen.wait(), 10)
+        assert sorted(set(seen)) == sorted(keys)
+        assert q.shutting_down  # the controller's stop shut the queue down, on the loop
+
+    run(main())
+
+
+def test_a_loop_run_later_in_another_thread_refuses_the_calls_handed_to_it() -> None:
+    loop = asyncio.new_event_loop()
+    made: list[aio.LoopQueue[str]] = []
+    built, release = threading.Event(), threading.Event()
+
+    def owner() -> None:  # builds the queue in the loop, then stays alive (so no other thread gets its id)
+        async def build() -> None:
+            made.append(aio.LoopQueue())
+
+        loop.run_until_complete(build())
+        built.set()
+        release.wait(10)
+
+    first = threading.Thread(target=owner)
+    first.start()
+    try:
+        assert built.wait(10)
+        (q,) = made
+        assert q.add("a") is AddResult.DEFERRED
+        errors: list[BaseException | None] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+        in_thread(lambda: loop.run_until_complete(turns()))  # the same loop, now run by another thread
+        assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+        assert "now runs in another thread than the one it was bound in" in str(errors[0])
+        assert state(q) == ([], set(), set())  # the core was not touched from the wrong thread
+    finally:
+        release.set()
+        first.join(10)
+        loop.close()
