@@ -291,17 +291,24 @@ def _import_aio() -> Any:
         return Skip(f"keyqueue.aio is not importable yet (asyncio shell issue in progress): {e}")
 
 
-def _aio_cycle(ctx: Context) -> Measurement | Skip:
-    aio = _import_aio()
-    if isinstance(aio, Skip):
-        return aio
+def _aio_row(cls_name: str, iterate: bool = False) -> Callable[[Context], Measurement | Skip]:
+    """A row of one ``keyqueue.aio`` class, the queue built in the row's loop (a loop-owned queue binds to it):
+    the add + get + done cycle, or ``async for`` with an add per iteration (``iterate``)."""
+    def run(ctx: Context) -> Measurement | Skip:
+        aio = _import_aio()
+        if isinstance(aio, Skip):
+            return aio
+        cls = getattr(aio, cls_name)
 
-    async def make() -> Any:
-        return aio.Queue()
+        async def make() -> Any:
+            return cls()
 
-    probe = aio.Queue
-    body = _aio_cycle_async_add if inspect.iscoroutinefunction(probe.add) else _aio_cycle_sync_add
-    return _async_loop_row(ctx, make, body)
+        if iterate:
+            body = _aio_iterate_body
+        else:
+            body = _aio_cycle_async_add if inspect.iscoroutinefunction(cls.add) else _aio_cycle_sync_add
+        return _async_loop_row(ctx, make, body)
+    return run
 
 
 async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
@@ -316,15 +323,42 @@ async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
     await it.aclose()
 
 
-def _aio_iterate(ctx: Context) -> Measurement | Skip:
-    aio = _import_aio()
-    if isinstance(aio, Skip):
-        return aio
+def _aio_foreign_add(n: int) -> Callable[[Context], Measurement | Skip]:
+    """``add`` of ``n`` new keys to a loop-owned queue from a thread other than its loop's (each → DEFERRED): the
+    queue is built in a loop in a helper thread, so the measuring thread is a foreign one. The loop is not
+    running while the adds are timed: the row times handing the calls over, not applying them."""
+    def run(ctx: Context) -> Measurement | Skip:
+        aio = _import_aio()
+        if isinstance(aio, Skip):
+            return aio
+        if not hasattr(aio, "LoopQueue"):
+            return Skip("keyqueue.aio.LoopQueue does not exist yet")
+        loops: list[asyncio.AbstractEventLoop] = []
 
-    async def make() -> Any:
-        return aio.Queue()
+        def make() -> Any:
+            made: list[Any] = []
 
-    return _async_loop_row(ctx, make, _aio_iterate_body)
+            def build() -> None:
+                loop = asyncio.new_event_loop()
+                loops.append(loop)
+
+                async def new() -> Any:
+                    return aio.LoopQueue()
+
+                made.append(loop.run_until_complete(new()))
+
+            t = threading.Thread(target=build)
+            t.start()
+            t.join()
+            return made[0]
+
+        try:
+            return time_batch(ctx, "for k in ks: add(k)", "q = make(); add = q.add", {"make": make, "ks": keys(n)},
+                              ops=n, unit="ns/op")
+        finally:
+            for loop in loops:
+                loop.close()
+    return run
 
 
 def _aio_dedup(ctx: Context) -> Measurement | Skip:
@@ -401,6 +435,32 @@ def _deque_lock(ctx: Context) -> Measurement:
              "append = d.append; popleft = d.popleft")
     return time_inline(ctx, "acquire(); append(k); release(); acquire(); popleft(); release()", setup,
                        {"deque": deque, "Lock": threading.Lock, "k": KEY})
+
+
+def _owner_check(how: str) -> Callable[[Context], Measurement]:
+    """One "is this the owner thread?" check, the ways a loop-owned queue could make it (issue 18), timed in the
+    thread that owns (the check passes), inside a running loop: ``_is_owned()`` of an RLock the owner holds (what
+    ``keyqueue.aio.LoopQueue`` uses), ``threading.get_ident()`` compared with the owner's, ``_get_running_loop()``
+    compared with the loop."""
+    def run(ctx: Context) -> Measurement:
+        loop = asyncio.new_event_loop()
+        lock = threading.RLock()
+        lock.acquire()
+        stmt, names = {
+            "is_owned": ("lock._is_owned()", {"lock": lock}),
+            "get_ident": ("get_ident() != owner", {"get_ident": threading.get_ident, "owner": threading.get_ident()}),
+            "running_loop": ("get_running() is loop", {"get_running": asyncio._get_running_loop, "loop": loop}),
+        }[how]
+
+        async def measure() -> Measurement:
+            return time_inline(ctx, stmt, "pass", names)
+
+        try:
+            return loop.run_until_complete(measure())
+        finally:
+            lock.release()
+            loop.close()
+    return run
 
 
 async def _asyncio_queue_body(q: Any, k: str, n: int) -> None:
@@ -605,12 +665,17 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
         Case("metrics.noop", "add+get+done, named queue, default provider", G_OPT, _named_no_provider,
              baseline="cycle", needs=("cycle",)),
-        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_cycle, baseline="cycle",
-             checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),
-                     Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio")),
-             needs=("cycle", "base.asyncio")),
-        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_iterate,
+        Case("aio.cycle", "asyncio shell: add + await get + done", G_OPT, _aio_row("Queue"), baseline="cycle",
+             checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),), needs=("cycle",)),
+        Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_row("Queue", iterate=True),
              baseline="base.asyncio", needs=("base.asyncio",)),
+        Case("aio.loop_cycle", "loop-owned asyncio queue (LoopQueue): add + await get + done", G_OPT,
+             _aio_row("LoopQueue"), baseline="base.asyncio",
+             checks=(Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio"),), needs=("base.asyncio",)),
+        Case("aio.loop_iter", "LoopQueue: async for key in q: + add(key)", G_OPT, _aio_row("LoopQueue", iterate=True),
+             baseline="base.asyncio", needs=("base.asyncio",)),
+        Case("aio.loop_foreign_add", f"LoopQueue: add from another thread, {n_new:,} new keys → DEFERRED", G_OPT,
+             _aio_foreign_add(n_new), baseline="add.new", needs=("add.new",)),
         Case("aio.dedup", "asyncio shell: add, key waiting → DEDUP", G_OPT, _aio_dedup, baseline="add.dedup",
              needs=("add.dedup",)),
         Case("prio.cycle", "PriorityQueue add+get+done, one key", G_OPT, _prio_cycle(None), baseline="cycle",
@@ -631,6 +696,12 @@ def build_cases(smoke: bool) -> list[Case]:
         Case("base.naive", "naive locked workqueue add+get+done", G_BASE, _cycle_of(NaiveWorkQueue),
              reference="790–1,100 ns (CPython)"),
         Case("base.asyncio", "asyncio.Queue await put + await get", G_BASE, _asyncio_queue),
+        Case("base.owner.is_owned", "owner check: RLock._is_owned() (LoopQueue's)", G_BASE, _owner_check("is_owned"),
+             baseline="base.loop", needs=("base.loop",)),
+        Case("base.owner.get_ident", "owner check: threading.get_ident() != owner", G_BASE,
+             _owner_check("get_ident"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
+        Case("base.owner.running_loop", "owner check: asyncio._get_running_loop() is loop", G_BASE,
+             _owner_check("running_loop"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
         Case("base.aiok8s", "aiok8s 0.0.2 await add+get+done", G_BASE, _aiok8s),
     ]
     for n, cid in zip(scale_sizes, scale_ids, strict=True):
@@ -639,9 +710,10 @@ def build_cases(smoke: bool) -> list[Case]:
     interleaved = {
         "add.dedup", "add.processing_dedup", "cycle", "cycle.no_busy_check", "base.floor", "iter", "aio.iter",
         "metrics.cycle", "metrics.hooks", "metrics.dedup",
-        "metrics.noop", "aio.cycle",
+        "metrics.noop", "aio.cycle", "aio.loop_cycle", "aio.loop_iter",
         "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
-        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", *scale_ids,
+        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", "base.owner.is_owned",
+        "base.owner.get_ident", "base.owner.running_loop", *scale_ids,
     }
     # "Flat" (O(1) per operation): 1,000x more keys may cost a little more through cache misses, not by a factor
     # that grows with the size (O(log n) would be ~2x over this range, O(n) ~1,000x).

@@ -64,7 +64,9 @@ class AddResult(IntEnum):
     DELAYED = 4  #: a delayed entry was stored, or an existing one moved earlier
     DELAY_KEPT = 5  #: an earlier delayed entry of this key already exists; nothing changed
     #: called while this thread may be inside one of the queue's own calls holding its lock (a signal handler or
-    #: ``__del__`` that interrupted it): the call is applied by a helper thread as soon as the lock is free
+    #: ``__del__`` that interrupted it): the call is applied by a helper thread as soon as the lock is free. On a
+    #: loop-owned asyncio queue (``keyqueue.aio.LoopQueue``), also an add made in another thread than its loop's:
+    #: applied later, on the owning loop, in call order
     DEFERRED = 6
 
 

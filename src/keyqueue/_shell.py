@@ -21,6 +21,7 @@ from keyqueue._core import (
     DEDUP,
     DEFERRED,
     DELAYED,
+    DROPPED,
     QUEUED,
     AddResult,
     CountingCore,
@@ -74,6 +75,9 @@ class ShellBase(Generic[T]):
     #: asyncio getters run on the loop's thread, so the asyncio shell does not.
     _yield_after_wake: ClassVar[bool] = False
 
+    #: How :func:`sys.unraisablehook` introduces an exception raised by a deferred call (see :meth:`_defer`).
+    _deferred_what: ClassVar[str] = "Exception in a keyqueue call deferred from a signal handler or __del__"
+
     def __init__(
         self,
         *,
@@ -96,7 +100,7 @@ class ShellBase(Generic[T]):
         self.name = name
         self.clock: Clock = clock if clock is not None else RealClock()
         # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.
-        self._lock = threading.Lock()
+        self._lock = self._new_lock()
         self._init_waiting()
         self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
@@ -112,6 +116,12 @@ class ShellBase(Generic[T]):
         self.clock.subscribe(self._on_clock_jump)
 
     # -- what each shell supplies -------------------------------------------------------------------------
+
+    def _new_lock(self) -> threading.Lock:
+        """The lock that guards the core (called once, right after ``name`` and ``clock`` are set). The shared
+        code uses only its ``acquire``, ``release``, ``locked`` and ``with``; the loop-owned asyncio queues return
+        an owner check with those four instead (see :class:`keyqueue.aio.LoopQueue`)."""
+        return threading.Lock()
 
     def _init_waiting(self) -> None:
         """Create the waiter bookkeeping (``self._lock`` exists already)."""
@@ -261,7 +271,8 @@ class ShellBase(Generic[T]):
         return owners
 
     def _defer(self, call: Callable[..., Any], *args: Any) -> AddResult:
-        """Queue ``call(*args)`` for the helper thread and make sure one runs; returns ``DEFERRED``.
+        """Queue ``call(*args)`` for the helper thread and make sure one runs; returns ``DEFERRED`` (``DROPPED``
+        if no runner can be started: see :meth:`_start_runner`).
 
         Nothing here blocks or takes a lock that the interrupted frame could hold: the deque's ``append`` is
         atomic, the helper token is only tried (never waited for), and the helper is started with
@@ -269,9 +280,18 @@ class ShellBase(Generic[T]):
         any other thread, so the call takes effect as soon as the interrupted call releases it, in the order the
         calls were deferred."""
         self._deferred.append((call, args))
-        if self._helper_token.acquire(False):
-            _thread.start_new_thread(self._run_deferred, ())
+        if self._helper_token.acquire(False) and not self._start_runner():
+            # Nothing can apply the calls any more (a loop-owned queue's event loop is closed).
+            self._helper_token.release()
+            self._deferred.clear()
+            return DROPPED
         return DEFERRED
+
+    def _start_runner(self) -> bool:
+        """Start :meth:`_run_deferred` (the helper token is held); ``False`` if it cannot run. Here: a helper
+        thread; the loop-owned asyncio queues hand it to their event loop instead."""
+        _thread.start_new_thread(self._run_deferred, ())
+        return True
 
     def _run_deferred(self) -> None:
         pending = self._deferred
@@ -279,16 +299,22 @@ class ShellBase(Generic[T]):
         while True:
             try:
                 while pending:
-                    call, args = pending.popleft()
-                    try:
-                        call(*args)
-                    except Exception as e:  # the call was validated before it was deferred; report, go on
-                        sys.unraisablehook(cast(Any, _Unraisable(e, call)))
+                    self._apply_deferred(len(pending))
             finally:
                 token.release()
             # A call deferred after the loop saw the deque empty, but before the release, found the token taken.
             if not pending or not token.acquire(False):
                 return
+
+    def _apply_deferred(self, n: int) -> None:
+        """Apply the ``n`` oldest deferred calls, in order (the helper token is held)."""
+        pending = self._deferred
+        for _ in range(n):
+            call, args = pending.popleft()
+            try:
+                call(*args)
+            except Exception as e:  # the call was validated before it was deferred; report, go on
+                sys.unraisablehook(cast(Any, _Unraisable(e, call, self._deferred_what)))
 
     # -- completing --------------------------------------------------------------------------------------
 
@@ -311,16 +337,21 @@ class ShellBase(Generic[T]):
             self._defer(self.done, item)
             return False
         try:
-            core = self._core
-            if core.done(item):
-                if self._getters:
-                    self._wake_one()
-                return True
-            if self._drainers and core.idle():
-                self._wake_drainers()
-            return False
+            requeued = self._core.done(item)
+            if requeued or self._drainers:
+                self._after_done(requeued)
+            return requeued
         finally:
             lock.release()
+
+    def _after_done(self, requeued: bool) -> None:
+        """After a ``done`` (lock held) that re-queued its key or may have left the queue idle with drain callers
+        waiting: a re-queued key wakes a getter; an idle queue wakes every drain caller."""
+        if requeued:
+            if self._getters:
+                self._wake_one()
+        elif self._drainers and self._core.idle():
+            self._wake_drainers()
 
     def _after_failed_pop(self) -> None:
         """``pop()`` raised (lock held): the keys behind the failed one may be ready, and this getter may have been
@@ -472,11 +503,11 @@ class RateLimitedAdds(DelayedAdds[T]):
 class _Unraisable:
     """The argument :func:`sys.unraisablehook` expects, for an exception raised by a deferred call."""
 
-    def __init__(self, exc: Exception, call: object) -> None:
+    def __init__(self, exc: Exception, call: object, what: str) -> None:
         self.exc_type = type(exc)
         self.exc_value = exc
         self.exc_traceback = exc.__traceback__
-        self.err_msg = "Exception in a keyqueue call deferred from a signal handler or __del__"
+        self.err_msg = what
         self.object = call
 
 
