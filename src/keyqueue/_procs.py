@@ -1,18 +1,19 @@
 """Child processes of keyqueue's test servers (etcd, the API server child, redis-server): a free port to give them,
-and a ``preexec_fn`` that makes them exit with their parent."""
+and the way to make them exit with their parent."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
-__all__ = ["die_with_parent_hook", "free_port"]
+__all__ = ["die_with_parent", "die_with_parent_hook", "free_port"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,6 +24,30 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 _PR_SET_PDEATHSIG: Final = 1
+
+
+def die_with_parent(argv: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``(argv, preexec_fn)`` for :class:`subprocess.Popen` so that the child gets SIGTERM when its parent dies
+    (Linux only; elsewhere ``(argv, None)``).
+
+    Where util-linux's ``setpriv`` is installed (it is on Debian), ``argv`` is prefixed with
+    ``setpriv --pdeathsig TERM --``, which sets the signal and then executes the command (the same process, so
+    the signal stays set), and there is no ``preexec_fn``. That matters: a ``preexec_fn`` runs Python code in the
+    forked child of a process that has other threads, and it makes ``Popen`` use ``fork()`` instead of ``vfork()``,
+    so the libraries' fork handlers run in the child too. gRPC's (loaded by the etcd client) then restarted its
+    poller there, which found its epoll descriptor closed by ``close_fds`` and aborted the child before it could
+    execute etcd. Without ``setpriv`` the ``preexec_fn`` from :func:`die_with_parent_hook` is returned instead.
+
+    Linux delivers the signal when the *thread* that forked exits, so nothing is added unless the caller is the
+    main thread (whose end is the process's).
+    """
+    command = list(argv)
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return command, None
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "TERM", "--", *command], None
+    return command, die_with_parent_hook()
 
 
 def die_with_parent_hook() -> Callable[[], None] | None:

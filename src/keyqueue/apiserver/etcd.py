@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from keyqueue._procs import die_with_parent_hook, free_port
+from keyqueue._procs import die_with_parent, free_port
 from keyqueue._tempdirs import owned_tempdir
 
 __all__ = ["EtcdProcess", "EtcdStartError", "find_etcd_binary", "free_port"]
@@ -180,10 +180,11 @@ class EtcdProcess:
         if self.unsafe_no_fsync:
             args.append("--unsafe-no-fsync")
         assert self.log_path is not None
+        command, preexec = die_with_parent(args)
         with open(self.log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=die_with_parent_hook(),
+                command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=preexec,
             )
         self._finalizer = weakref.finalize(self, _terminate, self._proc, self.tmpdir)
         self._wait_healthy()

@@ -521,7 +521,7 @@ class Pipeline:
 
     def _start_child_apiserver(self) -> None:
         """``python -m keyqueue.apiserver`` in a child process; returns once its kubeconfig is written."""
-        from keyqueue._procs import die_with_parent_hook
+        from keyqueue._procs import die_with_parent
         from keyqueue._tempdirs import owned_tempdir
 
         self._child_dir = owned_tempdir("keyqueue-pipeline-")  # also removes those of pipelines that were killed
@@ -529,11 +529,11 @@ class Pipeline:
         cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.config.backend,
                "--stop-on-stdin-eof"]
         # If this process dies without stopping the child, the child stops (and stops its etcd) twice over: the
-        # kernel sends it SIGTERM (preexec_fn: PR_SET_PDEATHSIG), and its stdin pipe, whose only writer is this
-        # process, reaches its end. The pipe alone would do; the signal is faster.
+        # kernel sends it SIGTERM (PR_SET_PDEATHSIG, see die_with_parent), and its stdin pipe, whose only writer is
+        # this process, reaches its end. The pipe alone would do; the signal is faster.
+        cmd, preexec = die_with_parent(cmd)
         self._child = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True,
-                                               preexec_fn=die_with_parent_hook(),
+                                               stderr=subprocess.STDOUT, text=True, preexec_fn=preexec,
                                                # A terminal's Ctrl-C goes to the foreground process group: in a
                                                # session of its own the child is stopped by stop(), after the
                                                # informer, never under the informer's open watch.

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from keyqueue._procs import die_with_parent_hook, free_port
+from keyqueue._procs import die_with_parent, free_port
 
 __all__ = ["RedisServer", "RedisStartError", "find_redis_server"]
 
@@ -134,9 +134,10 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync,
             "--daemonize", "no", "--logfile", os.path.join(self._dir, "redis.log"), "--databases", "1", "--hz", "100",
         ]
+        command, preexec = die_with_parent(args)
         self._proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=die_with_parent_hook(),
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=preexec,
         )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
