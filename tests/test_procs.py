@@ -81,3 +81,21 @@ def test_outside_the_main_thread_nothing_is_added() -> None:
     t.start()
     t.join()
     assert out == [(["true"], None)]  # the signal would follow that thread's exit, not the process's
+
+
+_ATFORK = textwrap.dedent("""
+    import os, subprocess, sys
+    from keyqueue._procs import die_with_parent
+    os.register_at_fork(after_in_child=lambda: os.write(1, b"fork handler ran in the child\\n"))
+    argv, preexec = die_with_parent(["true"])
+    if sys.argv[1] == "control":
+        preexec = lambda: None  # what die_with_parent_hook's preexec_fn implies: fork(), handlers and all
+    subprocess.run(argv, preexec_fn=preexec, start_new_session=True, check=True)
+""")
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv is not installed")
+@pytest.mark.parametrize("mode", ["wrap", "control"])
+def test_no_fork_handler_runs_in_the_child(mode: str) -> None:
+    out = subprocess.run([sys.executable, "-c", _ATFORK, mode], capture_output=True, text=True, check=True).stdout
+    assert ("fork handler ran in the child" in out) == (mode == "control"), out
