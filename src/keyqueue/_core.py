@@ -662,7 +662,8 @@ class QueueCore(Generic[T]):
                 started: dict[T, Any] = self.processing  # type: ignore[assignment]
                 started[item] = t
                 added: dict[T, Any] = self.dirty  # type: ignore[assignment]
-                t0 = added.pop(item)
+                t0 = added[item]  # (a lookup and a del: the compiled build has no primitive for dict.pop)
+                del added[item]
         except BaseException as exc:
             if holds(self.processing, item):  # it got there: leaving dirty raised
                 discard_identity(self.processing, item)
@@ -737,7 +738,8 @@ class QueueCore(Generic[T]):
                 handed.remove(item)
             else:  # the ledger's dict: key -> when it was handed out (see keep_ledger)
                 started: dict[T, Any] = self.processing  # type: ignore[assignment]
-                t0 = started.pop(item)
+                t0 = started[item]
+                del started[item]
         except KeyError:
             # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
             # TypeError branch: set.remove looks a set up as a frozenset.)
