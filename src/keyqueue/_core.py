@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import IntEnum
 from operator import itemgetter
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar
 
 from keyqueue._build import mypyc_attr
 from keyqueue.clock import Clock
@@ -37,6 +37,7 @@ __all__ = [
     "AddResult",
     "CountingCore",
     "DecisionCounts",
+    "KeySet",
     "MetricsLedger",
     "MetricsRecorder",
     "Ordering",
@@ -53,6 +54,13 @@ __all__ = [
 ]
 
 T = TypeVar("T", bound=Hashable)
+
+#: The core's ``dirty`` and ``processing`` containers: sets, or with a metrics ledger dicts of key -> a clock time
+#: in ns (an ``int``; see :meth:`QueueCore.keep_ledger`). Both answer ``in``, ``len`` and iteration alike. The
+#: times are typed ``Any`` on purpose, as is :attr:`QueueCore._now`: the compiled build then stores and subtracts the
+#: clock's int objects as they are, instead of unboxing and re-boxing each one (~40 ns per cycle).
+KeySet: TypeAlias = "set[T] | dict[T, Any]"
+
 
 class AddResult(IntEnum):
     """What an add did, as decided by the queue (returned by ``add``, ``add_after``, ``add_rate_limited``)."""
@@ -231,7 +239,9 @@ class MetricsLedger(Protocol):
     core then keeps the per-key times and buffers the durations itself, with no Python call per event.
 
     ``added``: key -> time it became dirty (until it is handed out); ``started``: key -> time it was handed out (until
-    done); ``queue_obs`` / ``work_obs``: queue / work durations in ns not yet counted; ``fold()`` counts them into the
+    done). Both must be empty when the ledger is attached: the core then uses them *as* its ``dirty`` and
+    ``processing`` containers, so that a metrics event costs no dict operation beyond the plain queue's.
+    ``queue_obs`` / ``work_obs``: queue / work durations in ns not yet counted; ``fold()`` counts them into the
     histograms and empties both. The core calls it when ``queue_obs`` holds :data:`LEDGER_FOLD_AT` entries; each
     ``work_obs`` entry follows a hand-out, so it holds at most that many plus the keys in flight at the last fold."""
 
@@ -314,13 +324,15 @@ class QueueCore(Generic[T]):
 
     __slots__ = (
         "_heap",
+        "_kept",
         "_latest_ns",
-        "_ledger",
         "_now",
+        "_queue_obs",
         "_seq",
         "_sorted",
         "_touch",
         "_waiting",
+        "_work_obs",
         "clock",
         "dirty",
         "draining",
@@ -334,21 +346,25 @@ class QueueCore(Generic[T]):
     def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None,
                  ordering: Ordering[T] | None = None) -> None:
         self.clock = clock
-        self._now = clock.now_ns  # read on every metrics event (RealClock: the C function itself)
+        # Read on every metrics event (RealClock: the C function itself); Any: see KeySet.
+        self._now: Callable[[], Any] = clock.now_ns
         self.metrics = metrics
-        self._ledger: MetricsLedger | None = None  # see keep_ledger()
+        self._kept: MetricsLedger | None = None  # see keep_ledger(); with it, the ledger's two buffers:
+        self._queue_obs: list[Any] = []  # ints (Any: see KeySet)
+        self._work_obs: list[Any] = []
         # fifo is the order in which keys will be handed out (a deque, or the queue's own Ordering). Every key in
         # fifo is in dirty and not in processing, and appears in fifo once.
         self.fifo: Ordering[T] = deque() if ordering is None else ordering
         # The ordering's Touch hook (None for the FIFO): called for an add of a key that is waiting.
         self._touch: Callable[[T], object] | None = getattr(ordering, "touch", None)
         # dirty holds every key that needs processing: the waiting ones (in fifo) and the ones re-added while
-        # being processed (not in fifo until done()).
-        self.dirty: set[T] = set()
+        # being processed (not in fifo until done()). A set, or with a ledger (keep_ledger) a dict: key -> the
+        # clock time it became dirty.
+        self.dirty: KeySet[T] = set()
         # processing holds the keys handed out by pop() and not yet done(). A key in processing is never in
         # fifo, so no two callers can hold it at once. When done() removes a key that is also dirty, it is
-        # appended to fifo exactly once.
-        self.processing: set[T] = set()
+        # appended to fifo exactly once. A set, or with a ledger a dict: key -> the clock time it was handed out.
+        self.processing: KeySet[T] = set()
         # Delayed entries: a heap of [ready_ns, seq, key] and, per key, the one live entry (the earliest).
         # Superseded heap entries stay in the heap and are skipped when popped (identity check); their key slot
         # is overwritten with _SUPERSEDED so that they keep no reference to the key.
@@ -363,14 +379,51 @@ class QueueCore(Generic[T]):
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
         # see every add (CountingCore) exposes an empty set here, which turns the fast path off.
-        self.fast_dirty: set[T] | frozenset[T] = self.dirty if self._touch is None else frozenset()
+        self.fast_dirty: KeySet[T] | frozenset[T] = self.dirty if self._touch is None else frozenset()
 
     def keep_ledger(self, ledger: MetricsLedger) -> None:
-        """Record the ``get``/``done`` metrics events of :attr:`metrics` (which must be ``ledger``'s recorder) in
-        ``ledger``'s structures directly instead of calling the recorder's ``get``/``done``: the same bookkeeping
-        (processing start at get, queue duration from the first add, work duration at done), with each duration
-        buffered until the ledger folds it. ``add`` stays the recorder's own (for keyqueue's it is a C call)."""
-        self._ledger = ledger
+        """Record the metrics events of :attr:`metrics` (which must be ``ledger``'s recorder) in ``ledger``'s
+        structures directly instead of calling the recorder's ``add``/``get``/``done``: the same bookkeeping (the
+        time a key became dirty, its processing start at get, the queue duration from the first add, the work
+        duration at done), with each duration buffered until the ledger folds it.
+
+        The ledger's ``added`` and ``started`` dicts become :attr:`dirty` and :attr:`processing` (key -> that
+        time), so the times cost no dict operation of their own. Call it on a fresh core, with both dicts empty:
+        raises ``ValueError`` otherwise (and for a core without metrics), changing nothing. Assigning ``None`` to
+        :attr:`_ledger` detaches it again (see there)."""
+        if self.metrics is None or self.dirty or self.processing or ledger.added or ledger.started:
+            raise ValueError("keep_ledger() needs a fresh core with metrics and a ledger with empty added/started")
+        if self.fast_dirty is self.dirty:
+            self.fast_dirty = ledger.added
+        self.dirty = ledger.added
+        self.processing = ledger.started
+        self._queue_obs = ledger.queue_obs
+        self._work_obs = ledger.work_obs
+        self._kept = ledger
+
+    @property
+    def _ledger(self) -> MetricsLedger | None:
+        """The ledger kept by :meth:`keep_ledger`, or ``None``. Assigning ``None`` detaches it (the A/B of the tests
+        and benchmarks): :attr:`dirty` and :attr:`processing` become sets of the same keys, and the core calls the
+        recorder's own ``add``/``get``/``done`` from then on, which go on with the ledger's dicts (they still hold
+        every dirty key's add time and every processing key's start time). A shell that copied :attr:`fast_dirty`
+        then probes the ledger's ``added``, whose keys the recorder's ``add``/``get`` keep equal to the dirty keys.
+        Assigning a ledger is :meth:`keep_ledger`."""
+        return self._kept
+
+    @_ledger.setter
+    def _ledger(self, ledger: MetricsLedger | None) -> None:
+        if ledger is not None:
+            self.keep_ledger(ledger)
+            return
+        if self._kept is None:
+            return
+        dirty: set[T] = set(self.dirty)
+        if self.fast_dirty is self.dirty:
+            self.fast_dirty = dirty
+        self.dirty = dirty
+        self.processing = set(self.processing)
+        self._kept = None
 
     # -- adds ---------------------------------------------------------------------------------------------
 
@@ -388,10 +441,20 @@ class QueueCore(Generic[T]):
         # change, and the one change that calls them again (dirty.add) comes first: if it raises, nothing changed;
         # if a later step raises, it is undone by identity. The call is all-or-nothing.
         marked = item in self.processing
-        dirty.add(item)
+        metrics = self.metrics
+        if metrics is None or self._kept is None:
+            keys: set[T] = dirty  # type: ignore[assignment]  # no ledger: a set
+            keys.add(item)
+        else:  # the ledger's dict carries the time (see keep_ledger): no hook to call
+            times: dict[T, Any] = dirty  # type: ignore[assignment]
+            if at_ns is None:
+                now = self._now  # (see pop)
+                at_ns = now()
+            times[item] = at_ns
+            metrics = None
         try:
-            if self.metrics is not None:
-                self.metrics.add(item, self._now() if at_ns is None else at_ns)
+            if metrics is not None:
+                metrics.add(item, self._now() if at_ns is None else at_ns)
             if marked:
                 return MARKED
             self.fifo.append(item)
@@ -585,48 +648,52 @@ class QueueCore(Generic[T]):
         item = fifo.popleft()
         # The rule for a key whose own __hash__/__eq__ raises here: it stays waiting (dirty, in the fifo, once),
         # but behind the others, so that one such key cannot block every key queued after it; the exception
-        # propagates. processing.add comes first: undoing an add needs no call of the key's methods (identity),
-        # undoing the removal from dirty would.
-        # (No local names for self.processing / self.metrics: on the path every iteration takes, a store and a
-        # load more than the attribute read they would save.)
+        # propagates. Adding it to processing comes first: undoing that needs no call of the key's methods
+        # (identity), undoing the removal from dirty would.
+        # (The checks are ordered so that a queue without metrics makes one test more than it needs, on a local.)
+        metrics = self.metrics
         try:
-            self.processing.add(item)
-        except BaseException:
-            fifo.append(item)
-            raise
-        try:
-            self.dirty.remove(item)
+            if metrics is None or self._kept is None:
+                handed: set[T] = self.processing  # type: ignore[assignment]  # no ledger: sets
+                handed.add(item)
+                waiting: set[T] = self.dirty  # type: ignore[assignment]
+                waiting.remove(item)
+            else:  # the ledger's dicts carry the times (see keep_ledger)
+                now = self._now  # (a call of self._now() is an unspecialised LOAD_METHOD of a slot: ~8 ns more)
+                t = now()
+                started: dict[T, Any] = self.processing  # type: ignore[assignment]
+                started[item] = t
+                added: dict[T, Any] = self.dirty  # type: ignore[assignment]
+                t0 = added[item]  # (a lookup and a del: the compiled build has no primitive for dict.pop)
+                del added[item]
         except BaseException as exc:
-            discard_identity(self.processing, item)
-            if isinstance(exc, KeyError) and not self._findable(item):
-                raise self._mutated(item, "waiting in the queue") from None
+            if holds(self.processing, item):  # it got there: leaving dirty raised
+                discard_identity(self.processing, item)
+                if isinstance(exc, KeyError) and not self._findable(item):
+                    raise self._mutated(item, "waiting in the queue") from None
             fifo.append(item)
             raise
-        if self.metrics is not None:
-            metrics = self.metrics
-            try:
-                ledger = self._ledger
-                if ledger is None:
-                    metrics.get(item, self._now())
-                else:  # the recorder's get(), kept here (see keep_ledger)
-                    t = self._now()
-                    ledger.started[item] = t
-                    t0 = ledger.added.pop(item, None)
-                    if t0 is not None:
-                        obs = ledger.queue_obs
-                        obs.append(t - t0)
-                        if len(obs) >= LEDGER_FOLD_AT:
-                            ledger.fold()  # both buffers: done() appends at most one per get (+ keys in flight)
-            except BaseException:
-                self._unpop(item)
-                raise
+        if metrics is None:
+            return item
+        kept = self._kept
+        try:
+            if kept is not None:
+                obs = self._queue_obs
+                obs.append(t - t0)
+                if len(obs) >= LEDGER_FOLD_AT:
+                    kept.fold()  # both buffers: done() appends at most one per get (+ keys in flight)
+            else:
+                metrics.get(item, self._now())
+        except BaseException:
+            self._unpop(item, t0 if kept is not None else 0)
+            raise
         return item
 
     def _findable(self, item: T) -> bool:
         return self._found_in(self.dirty, item)
 
     @staticmethod
-    def _found_in(container: set[T], item: T) -> bool:
+    def _found_in(container: KeySet[T], item: T) -> bool:
         """Whether ``item``'s current hash finds it in ``container`` (a lookup that raises counts as found: the
         exception is the key's own, not a sign that it was mutated)."""
         try:
@@ -634,12 +701,17 @@ class QueueCore(Generic[T]):
         except Exception:
             return True
 
-    def _unpop(self, item: T) -> None:
-        # A hand-out failed after the key left dirty (a metrics hook raised): waiting again, at the back. If even
-        # making it dirty raises, the key is dropped (then in no set and not in the fifo: consistent).
+    def _unpop(self, item: T, added_ns: int) -> None:
+        # A hand-out failed after the key left dirty (a metrics hook raised): waiting again, at the back (with a
+        # ledger, dirty since ``added_ns`` again). If even making it dirty raises, the key is dropped (then in no
+        # container and not in the fifo: consistent).
         discard_identity(self.processing, item)
+        dirty = self.dirty
         try:
-            self.dirty.add(item)
+            if isinstance(dirty, dict):
+                dirty[item] = added_ns
+            else:
+                dirty.add(item)
         except BaseException:
             return
         self.fifo.append(item)
@@ -659,10 +731,17 @@ class QueueCore(Generic[T]):
         ``done`` of a key that is not being processed changes nothing (client-go would push a duplicate); of a key
         being processed under the hash it had before it was mutated, raises KeyMutatedError (forgetting it).
         """
+        metrics = self.metrics
         try:
             # Looked up before any change: the key's own __eq__ may raise, and then nothing has changed.
             requeue = item in self.dirty
-            self.processing.remove(item)
+            if metrics is None or self._kept is None:
+                handed: set[T] = self.processing  # type: ignore[assignment]  # no ledger: a set
+                handed.remove(item)
+            else:  # the ledger's dict: key -> when it was handed out (see keep_ledger)
+                started: dict[T, Any] = self.processing  # type: ignore[assignment]
+                t0 = started[item]
+                del started[item]
         except KeyError:
             # Not being processed: a spurious done, changing nothing. (A set argument lands here too, not in the
             # TypeError branch: set.remove looks a set up as a frozenset.)
@@ -677,17 +756,14 @@ class QueueCore(Generic[T]):
             raise
         if requeue:
             self.fifo.append(item)
-        if self.metrics is not None:
-            metrics = self.metrics
-            # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the
-            # key finished, and queued again if it was re-added); only the metric misses this done.
-            ledger = self._ledger
-            if ledger is None:
+        # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the key
+        # finished, and queued again if it was re-added); only the metric misses this done.
+        if metrics is not None:
+            if self._kept is not None:
+                now = self._now
+                self._work_obs.append(now() - t0)  # folded by pop(): a done follows a get
+            else:
                 metrics.done(item, self._now())
-            else:  # the recorder's done(), kept here (see keep_ledger)
-                t0 = ledger.started.pop(item, None)
-                if t0 is not None:  # folded by pop(): a done follows a get
-                    ledger.work_obs.append(self._now() - t0)
         return requeue
 
     def ready_len(self) -> int:

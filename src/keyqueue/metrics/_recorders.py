@@ -258,8 +258,9 @@ class PullRecorder:
     At the queue's shutdown the in-flight gauges freeze (client-go stops updating them then): :meth:`read` reports
     the processing start times and the clock reading of that moment from then on, whatever is done afterwards.
 
-    A plain queue's core (:meth:`keyqueue._core.QueueCore.keep_ledger`) does not call :meth:`get`/:meth:`done`:
-    it updates ``started`` and ``added`` itself and appends each duration to ``queue_obs``/``work_obs``, which
+    A plain queue's core (:meth:`keyqueue._core.QueueCore.keep_ledger`) calls none of :attr:`add`/:meth:`get`/
+    :meth:`done`: it uses ``added`` and ``started`` as its own dirty and processing containers (so they hold the
+    same keys and times the methods would give them) and appends each duration to ``queue_obs``/``work_obs``, which
     :meth:`fold` counts into the histograms when a buffer reaches :data:`FOLD_AT` entries and before every
     :meth:`read` (and the provider folds a dead queue's buffers). So a scrape sees exactly the counts the methods
     would have produced; only the moment the buckets are computed differs.
