@@ -34,16 +34,22 @@ from keyqueue.ratelimit import (
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError, RedisUnavailable
 
-__all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
+__all__ = ["OPERATIONS", "UNCHECKED", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
 
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys (prefix + role), as lib.lua names them.
-_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
+_KEY_ROLES: Final = ("fifo", "state", "proc", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
+# The roles of the layout before the per-key state hash (dirty and lease hashes instead of state), for the error
+# that refuses a queue an older keyqueue left in Redis.
+_OLD_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters",
+                         "due")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
-    "delete", "wake",
+    "delete", "wake", "layout",
 )
+# Operations a handle may send before it has checked the queue's layout (see HandleState.on_layout).
+UNCHECKED: Final = frozenset({"delete", "layout"})
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
                    5: AddResult.DELAY_KEPT}
 ADD_MANY_BATCH: Final = 1000  # adds per pipelined round trip of add_many (bounds the request and reply buffers)
@@ -270,7 +276,7 @@ class HandleState:
         self.holder = uuid.uuid4().hex[:16]
         self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
         self.keys = [prefix + role for role in _KEY_ROLES]
-        self.notify_key = self.keys[5]
+        self.notify_key = prefix + "notify"
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
         self.lock = threading.Lock()
         self.held: dict[str, str] = {}  # key -> "token|holder" of the lease this handle holds
@@ -280,6 +286,7 @@ class HandleState:
         self.draining = False
         self.counts = DecisionCounts() if stats else None
         self.expired_seen = 0
+        self.layout_ok = False  # the queue's layout was checked (on_layout): set before this handle's first operation
         self.metrics: SharedQueueRecorder | None = None
         self.metrics_clock: Clock = clock if clock is not None else RealClock()
 
@@ -311,6 +318,19 @@ class HandleState:
         return [self.now_arg(), str(self.lease_us), self.holder, "1"]  # and tell me how long the key waited
 
     # -- outcomes ---------------------------------------------------------------------------------------------
+
+    def on_layout(self, reply: Any) -> None:
+        """The layout script's reply: 0 lets this handle use the queue; else the queue holds state of an older
+        keyqueue (before the per-key state hash) and :class:`RedisQueueError` says what to delete."""
+        if int(reply) == 0:
+            self.layout_ok = True
+            return
+        keys = " ".join(self.prefix + role for role in _OLD_KEY_ROLES)
+        raise RedisQueueError(
+            f"Redis queue {self.name!r} at {self.url} holds state written by an older keyqueue (its "
+            f"{self.prefix}dirty / {self.prefix}lease hashes, before the per-key state hash), which this version "
+            f"cannot read. Stop every handle of the older version, then delete the queue's state: q.delete(), or "
+            f"DEL {keys}")
 
     def dropped(self) -> AddResult:
         if self.counts is not None:

@@ -28,6 +28,7 @@ from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
     GET_MARGIN,
+    UNCHECKED,
     _text,
     log,
     read_budget,
@@ -90,7 +91,10 @@ class Queue(_HandleBase):
 
     async def _call(self, op: str, args: list[str]) -> Any:
         # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
-        # loading the script on NOSCRIPT and sending the call once more.
+        # loading the script on NOSCRIPT and sending the call once more; the first call of a handle checks the queue's
+        # layout first (as the threaded shell's _check_layout).
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._state.on_layout(await self._call("layout", []))
         sha = self._sha[op]
         try:
             try:
@@ -118,6 +122,8 @@ class Queue(_HandleBase):
 
     async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
+        if not self._state.layout_ok:
+            self._state.on_layout(await self._call("layout", []))
         sha, keyargs = self._sha[op], self._keyargs
         try:
             async with self._client.pipeline(transaction=False) as pipe:

@@ -34,6 +34,7 @@ from keyqueue.redis._protocol import (
     DEFAULT_SOCKET_TIMEOUT,
     GET_MARGIN,
     OPERATIONS,
+    UNCHECKED,
     HandleState,
     _text,
     describe_url,
@@ -261,6 +262,8 @@ class Queue(_HandleBase):
         # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua), on the lean path (one connection of
         # this handle's, the connection's retry policy); the script is loaded when Redis does not know it (first
         # use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._check_layout()
         sha = self._sha[op]
         try:
             try:
@@ -274,6 +277,8 @@ class Queue(_HandleBase):
     def _call_by(self, hard: float | None, op: str, args: list[str]) -> Any:
         # As _call, with every reply awaited (and a connection opened, if one must be) until ``hard`` (a monotonic
         # deadline; at most the socket timeout per reply), sent without retries: get's round trips and renew's.
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._state.on_layout(self._call_by(hard, "layout", []))
         sha = self._sha[op]
         packed = self._packer.evalsha(sha, args)
         budget = read_budget(hard, self._socket_timeout)
@@ -291,6 +296,8 @@ class Queue(_HandleBase):
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
         # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
         # sent once more after loading it.
+        if not self._state.layout_ok:
+            self._check_layout()
         sha, keyargs = self._sha[op], self._keyargs
         try:
             pipe = self._client.pipeline(transaction=False)
@@ -308,6 +315,11 @@ class Queue(_HandleBase):
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
         return replies
+
+    def _check_layout(self) -> None:
+        # Once per handle, before its first operation: refuse a queue an older keyqueue left in Redis (see
+        # HandleState.on_layout). delete() needs no check: it removes the older layout's keys too.
+        self._state.on_layout(self._call("layout", []))
 
     @property
     def _getters(self) -> int:

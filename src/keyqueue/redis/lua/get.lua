@@ -1,8 +1,8 @@
 -- get(lease, holder): hand out the fifo head under a new lease, after reclaiming run-out leases and firing due
 -- delayed keys.
 -- Invariant kept: a key is handed out only from the fifo, so never while it is in proc: one holder per key while
--- leases are honoured. The new lease's token is larger than every earlier one (seq), and the previous holder's
--- lease entry is gone, so its done() cannot touch this lease.
+-- leases are honoured. The new lease's token is larger than every earlier one (seq), and the key's entry names
+-- only the new lease, so a previous holder's done() cannot touch it.
 -- ARGV: 1 now, 2 lease length in microseconds, 3 holder id, 4 "1" if the caller records metrics (only then is the
 -- time the key became dirty read, for waited).
 -- The due hint (lib.lua) spares reading proc and delay when nothing can have run out or fallen due; the new lease's
@@ -27,16 +27,15 @@ if not key then
   if due ~= INF then wake = int(due) end -- a lower bound of the next change (the hint): at worst an early wake-up
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
 else
-  local since = false
-  if ARGV[4] == '1' then since = redis.call('HGET', DIRTY, key) end
-  redis.call('HDEL', DIRTY, key)
+  local since = false -- the key's entry is waiting ("<since>"), as every fifo key's
+  if ARGV[4] == '1' then since = redis.call('HGET', STATE, key) end
   local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
+  redis.call('HSET', STATE, key, '@' .. lease) -- handed out, clean: the dirty mark goes with the waiting entry
   local deadline = now + tonumber(ARGV[2])
   redis.call('ZADD', PROC, deadline, key)
   if deadline < due then
     due, write = deadline, true
   end
-  redis.call('HSET', LEASE, key, lease)
   local waited = '-'
   if since then waited = int(math.max(0, now - tonumber(since))) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key

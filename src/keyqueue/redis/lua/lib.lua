@@ -10,17 +10,23 @@
 -- deviates from Redis's scripting guide, which asks that every key a script touches be declared in KEYS: passing
 -- the ten names instead of one made every call measurably slower (~8 % of a call in a paired measurement, client
 -- packing and the server's KEYS table), and Cluster serves the scripts either way. The keys, prefix .. role:
---   fifo       list    keys waiting to be handed out, head first; each is in dirty and not in proc, once
---   dirty      hash    keys that need processing (the waiting ones and the ones re-added while being processed) ->
---                      the time (microseconds of queue time) each became dirty: workqueue_queue_duration starts there
+--   fifo       list    keys waiting to be handed out, head first: exactly the keys whose state is "waiting", once
+--   state      hash    key -> its state, one entry per key that is dirty or handed out (absent: neither):
+--                        "<since>"                    waiting (dirty, in the fifo, not in proc)
+--                        "@<token|holder>"            handed out under that lease (in proc), not re-added
+--                        "!<token|holder> <since>"    handed out and re-added meanwhile (done() queues it again)
+--                      <since> is the time (microseconds of queue time) the key became dirty:
+--                      workqueue_queue_duration starts there. The entry starts with "@" or "!" exactly when the key
+--                      is in proc, so one HGET answers "dirty?", "being processed?" and "whose lease?"
 --   proc       zset    keys handed out and not finished -> lease deadline (microseconds of queue time)
---   lease      hash    key -> "token|holder" of its current lease (present exactly when the key is in proc)
 --   delay      zset    delayed keys -> ready time (microseconds); one entry per key, the earliest
 --   notify     list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
 --   fail       hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
 --   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
---   counters   hash    expired (leases that ran out and were handed out again), redelivered
+--   counters   hash    expired (leases that ran out and were handed out again), redelivered (done() queued a
+--                      re-added key again), marks and unmarked (keys that became "!"; "!" keys whose lease ran out):
+--                      the "!" keys number marks - redelivered - unmarked, so the dirty keys are that plus the fifo
 --   due        string  a lower bound of every score in proc and delay (microseconds; "inf": both empty); absent =
 --                      unknown. A script that adds or lowers such a score lowers it too; removals leave it low. So
 --                      when it is later than now nothing has run out or fallen due, and get/len skip reading proc
@@ -35,9 +41,8 @@
 -- One key name per line: a script keeps only the names its code uses (script_source drops the others).
 local P = KEYS[1]
 local FIFO = P .. 'fifo'
-local DIRTY = P .. 'dirty'
+local STATE = P .. 'state'
 local PROC = P .. 'proc'
-local LEASE = P .. 'lease'
 local DELAY = P .. 'delay'
 local NOTIFY = P .. 'notify'
 local FAIL = P .. 'fail'
@@ -76,24 +81,27 @@ local function notify()
   end
 end
 
--- The add of the state machine for a key that is not dirty: 2 = MARKED (being processed: done() queues it once
--- more), 3 = QUEUED (joined the fifo tail). ``now`` is when it became dirty.
-local function add_clean(key, now)
-  redis.call('HSET', DIRTY, key, now)
-  if redis.call('ZSCORE', PROC, key) then
-    return 2
+-- The add of the state machine for a key whose state entry is v (false: none; see the key list). 1 = DEDUP (dirty
+-- already: waiting, or "!"), 2 = MARKED (being processed: done() queues it once more), 3 = QUEUED (joined the fifo
+-- tail). now is when it became dirty.
+local function add_state(key, v, now)
+  if not v then
+    redis.call('HSET', STATE, key, now)
+    redis.call('RPUSH', FIFO, key)
+    notify()
+    return 3
   end
-  redis.call('RPUSH', FIFO, key)
-  notify()
-  return 3
-end
-
--- The add of the state machine. 1 = DEDUP (already dirty), else add_clean's result.
-local function add_now(key, now)
-  if redis.call('HEXISTS', DIRTY, key) == 1 then
+  if string.byte(v) ~= 64 then -- not "@"
     return 1
   end
-  return add_clean(key, now)
+  redis.call('HSET', STATE, key, '!' .. string.sub(v, 2) .. ' ' .. int(now))
+  redis.call('HINCRBY', COUNTERS, 'marks', 1)
+  return 2
+end
+
+-- The add of the state machine (add_state of the key's current entry).
+local function add_now(key, now)
+  return add_state(key, redis.call('HGET', STATE, key), now)
 end
 
 -- The due hint (see the key list above) as a number: -INF when unknown (absent), INF when proc and delay are empty.
@@ -146,8 +154,9 @@ end
 -- get's and len's first step, unless the due hint says nothing can be due by now (the common case: one GET).
 -- Its three parts are written out here rather than as functions of their own: a function defined in a script is
 -- created on every call, used or not, and these run only when something may be due.
--- 1. Leases whose deadline has passed: the key goes back to the fifo tail (it still needs processing: its holder
---    never confirmed it) and its lease is deleted, so the old holder's done() and renewals find another token.
+-- 1. Leases whose deadline has passed: the key goes back to the fifo tail, waiting (it still needs processing: its
+--    holder never confirmed it; dirty since it was re-added, if it was, else since now) and its lease is gone with
+--    its "@"/"!" entry, so the old holder's done() and renewals find another entry.
 -- 2. Delayed keys that are due, earliest first, go through add_now as of their due time (a key's queue duration
 --    starts when it fell due, as in client-go).
 -- 3. The due time afterwards: the earliest score left in delay and proc (INF: none).
@@ -161,16 +170,24 @@ local function catch_up(now)
     return false, 0, 0, 0, due, false
   end
   local expired = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
-  local reclaimed = 0
+  local reclaimed, unmarked = 0, 0
   for _, key in ipairs(expired) do
     redis.call('ZREM', PROC, key)
-    redis.call('HDEL', LEASE, key)
-    reclaimed = reclaimed + redis.call('HSETNX', DIRTY, key, now)
+    local v = redis.call('HGET', STATE, key)
+    local since = now
+    if v and string.byte(v) == 33 then -- "!": re-added meanwhile, dirty since then
+      since = string.sub(v, string.find(v, ' ', 1, true) + 1)
+      unmarked = unmarked + 1
+    else
+      reclaimed = reclaimed + 1
+    end
+    redis.call('HSET', STATE, key, since) -- waiting: the old lease is gone with its entry
     redis.call('RPUSH', FIFO, key)
     notify()
   end
   if #expired > 0 then
     redis.call('HINCRBY', COUNTERS, 'expired', #expired)
+    if unmarked > 0 then redis.call('HINCRBY', COUNTERS, 'unmarked', unmarked) end
   else
     expired = false
   end
