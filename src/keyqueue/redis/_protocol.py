@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -371,6 +371,12 @@ class HandleState:
 
     def on_get(self, reply: Any) -> GetReply:
         """The get script's reply (one string, or {string, reclaimed keys}; see get.lua)."""
+        if type(reply) is str and reply.startswith("1 0 0 ") and self.counts is None and self.metrics is None:
+            # The common case: a key handed out, nothing fired or reclaimed, nothing to count.
+            _, _, _, _, lease, key = reply.split(" ", 5)
+            with self.lock:
+                self.held[key] = lease
+            return GetReply(key, None, None, 0, 0)
         if isinstance(reply, list):
             text, expired = _text(reply[0]), [_text(k) for k in reply[1]]
         else:
@@ -409,34 +415,41 @@ class HandleState:
                 wake_in = self.clock.real_wait(int(wake) * 1000)
         return GetReply(None, wake_in, None, fired, dirtied)
 
-    def begin_done(self, key: object) -> str | None:
-        """Take the lease of ``key`` out of ``held`` for a done() (None: this handle does not hold it)."""
+    def begin_done(self, key: object) -> tuple[str, bool] | None:
+        """Take the lease of ``key`` out of ``held`` for a done(): (lease, whether the heartbeat found it lost, so
+        that nothing need be sent), or None if this handle does not hold ``key``."""
         k = check_key(key)
         with self.lock:
-            return self.held.pop(k, None)
+            lease = self.held.pop(k, None)
+            if lease is None:
+                return None
+            return lease, bool(self.lost) and (k, lease) in self.lost
 
     def abort_done(self, key: str, lease: str) -> None:
         with self.lock:
             self.held[key] = lease
 
-    def end_done(self, key: str, lease: str, reply: Any) -> bool:
+    def end_done(self, key: str, lease: str, reply: Any, idle: Callable[[], None] | None = None) -> bool:
+        """The done script's reply (-1 lost, 0 finished, 1 queued again): True for a redelivery; raises
+        :class:`LeaseLost` for -1. ``idle`` is called under ``lock`` if this handle holds no key afterwards."""
         code = int(reply)
         with self.lock:
-            self.lost.discard((key, lease))
-            if self.counts is not None and code >= 0:
-                self.counts.done(True, code == 1)
-            if self.metrics is not None:
-                if code >= 0:
-                    self.metrics.done(key, self.metrics_clock.now_ns())
-                else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
-                    self.metrics.abandon(key)
+            try:
+                if self.lost:
+                    self.lost.discard((key, lease))
+                if self.counts is not None and code >= 0:
+                    self.counts.done(True, code == 1)
+                if self.metrics is not None:
+                    if code >= 0:
+                        self.metrics.done(key, self.metrics_clock.now_ns())
+                    else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
+                        self.metrics.abandon(key)
+            finally:
+                if idle is not None and not self.held:
+                    idle()
         if code < 0:
             raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
         return code == 1
-
-    def known_lost(self, key: str, lease: str) -> bool:
-        with self.lock:
-            return (key, lease) in self.lost
 
     def renew_args(self) -> tuple[list[str], list[tuple[str, str]]] | None:
         with self.lock:

@@ -75,6 +75,16 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The same as exact decimal text (what is stored), without formatting a number: ARGV[1] itself, or TIME's two parts.
+local function now_text()
+  if ARGV[1] ~= '' then
+    return ARGV[1]
+  end
+  local t = redis.call('TIME')
+  local us = t[2]
+  return t[1] .. string.sub('00000', #us) .. us
+end
+
 local function notify()
   if redis.call('LLEN', NOTIFY) < NOTIFY_CAP then
     redis.call('RPUSH', NOTIFY, '1')
@@ -83,10 +93,10 @@ end
 
 -- The add of the state machine for a key whose state entry is v (false: none; see the key list). 1 = DEDUP (dirty
 -- already: waiting, or "!"), 2 = MARKED (being processed: done() queues it once more), 3 = QUEUED (joined the fifo
--- tail). now is when it became dirty.
-local function add_state(key, v, now)
+-- tail). since is when it became dirty: exact decimal text (now_text, a score read from Redis) or a number.
+local function add_state(key, v, since)
   if not v then
-    redis.call('HSET', STATE, key, now)
+    redis.call('HSET', STATE, key, since)
     redis.call('RPUSH', FIFO, key)
     notify()
     return 3
@@ -94,7 +104,8 @@ local function add_state(key, v, now)
   if string.byte(v) ~= 64 then -- not "@"
     return 1
   end
-  redis.call('HSET', STATE, key, '!' .. string.sub(v, 2) .. ' ' .. int(now))
+  if type(since) == 'number' then since = int(since) end
+  redis.call('HSET', STATE, key, '!' .. string.sub(v, 2) .. ' ' .. since)
   redis.call('HINCRBY', COUNTERS, 'marks', 1)
   return 2
 end
@@ -196,7 +207,7 @@ local function catch_up(now)
   for i = 1, #ready, 2 do
     local key = ready[i]
     redis.call('ZREM', DELAY, key)
-    if add_now(key, tonumber(ready[i + 1])) ~= 1 then promoted = promoted + 1 end
+    if add_now(key, ready[i + 1]) ~= 1 then promoted = promoted + 1 end -- dirty since it fell due (Redis's text)
   end
   due = INF
   local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
