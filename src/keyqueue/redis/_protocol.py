@@ -295,14 +295,22 @@ class HandleState:
     def now_arg(self) -> str:
         return "" if self.clock is None else str(self.clock.now_ns() // 1000)
 
+    def since_arg(self) -> str:
+        """An add's ARGV[1]: the queue time, or "" (Redis TIME) if this handle records metrics, else "-": the time a
+        key became dirty is only read for workqueue_queue_duration, so an add of a handle without metrics does not
+        read the clock (add.lua)."""
+        if self.clock is not None:
+            return self.now_arg()
+        return "" if self.metrics is not None else "-"
+
     def add_args(self, key: object) -> list[str]:
-        return [self.now_arg(), check_key(key)]
+        return [self.since_arg(), check_key(key)]
 
     def add_many_args(self, keys: Iterable[object]) -> list[list[str]]:
         """One add's arguments per key, every key checked before anything is sent."""
         if isinstance(keys, (str, bytes)):
             raise TypeError(f"add_many takes an iterable of str keys, not one {type(keys).__name__}: {keys!r:.80}")
-        now = self.now_arg()
+        now = self.since_arg()
         return [[now, check_key(k)] for k in keys]
 
     def add_after_args(self, key: object, delay: object) -> list[str]:

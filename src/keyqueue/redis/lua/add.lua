@@ -3,11 +3,12 @@
 -- is in proc ("@" entry) only becomes "!" (its done() queues it again, once). Nothing is dropped here: shutdown is
 -- per handle and decided by the caller, which never sends the add.
 -- The dedup path (the key is dirty already: a waiting or "!" entry) is one HGET: the clock is read only when the
--- key becomes dirty, as text (now_text: storing a number would make Redis format it).
--- ARGV: 1 now ("" = TIME), 2 key.  Returns 1 DEDUP, 2 MARKED, 3 QUEUED.
+-- key becomes dirty, as text (since_text: storing a number would make Redis format it), and not at all for a
+-- caller without metrics.
+-- ARGV: 1 now ("" = TIME, "-" = no time needed), 2 key.  Returns 1 DEDUP, 2 MARKED, 3 QUEUED.
 local key = ARGV[2]
 local v = redis.call('HGET', STATE, key)
 if v and string.byte(v) ~= 64 then -- not "@": dirty already
   return 1
 end
-return add_state(key, v, now_text())
+return add_state(key, v, since_text())

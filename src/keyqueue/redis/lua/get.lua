@@ -29,7 +29,9 @@ if not key then
 else
   local since = false -- the key's entry is waiting ("<since>"), as every fifo key's
   if ARGV[4] == '1' then since = redis.call('HGET', STATE, key) end
-  local lease = int(redis.call('INCR', SEQ)) .. '|' .. ARGV[3]
+  local seq = redis.call('INCR', SEQ)
+  if seq >= 1e14 then seq = int(seq) end -- below 10^14 concatenation is exact (and cheaper than formatting)
+  local lease = seq .. '|' .. ARGV[3]
   redis.call('HSET', STATE, key, '@' .. lease) -- handed out, clean: the dirty mark goes with the waiting entry
   local deadline = now + tonumber(ARGV[2])
   redis.call('ZADD', PROC, deadline, key)
@@ -37,7 +39,8 @@ else
     due, write = deadline, true
   end
   local waited = '-'
-  if since then waited = int(math.max(0, now - tonumber(since))) end
+  since = since and tonumber(since) -- an entry without a time ("") is unknown too
+  if since then waited = int(math.max(0, now - since)) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
 if write then write_due(due) end

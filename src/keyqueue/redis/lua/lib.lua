@@ -12,7 +12,8 @@
 -- packing and the server's KEYS table), and Cluster serves the scripts either way. The keys, prefix .. role:
 --   fifo       list    keys waiting to be handed out, head first: exactly the keys whose state is "waiting", once
 --   state      hash    key -> its state, one entry per key that is dirty or handed out (absent: neither):
---                        "<since>"                    waiting (dirty, in the fifo, not in proc)
+--                        "<since>"                    waiting (dirty, in the fifo, not in proc); "" if the time
+--                                                     is unknown (an add of a handle without metrics)
 --                        "@<token|holder>"            handed out under that lease (in proc), not re-added
 --                        "!<token|holder> <since>"    handed out and re-added meanwhile (done() queues it again)
 --                      <since> is the time (microseconds of queue time) the key became dirty:
@@ -33,8 +34,8 @@
 --                      and delay (one GET instead of two ZCOUNTs); once now reaches it, they catch up and set it
 --                      exactly again (catch_up)
 -- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
--- done (which reads no clock): the server's clock decides leases, delays and the bucket, whatever the clients'
--- clocks say.
+-- done (which reads no clock; and add's "-": no clock needed, since_text): the server's clock decides leases, delays
+-- and the bucket, whatever the clients' clocks say.
 -- Numbers passed to redis.call are formatted by Redis with 17 significant digits, exact for the integer
 -- microsecond times used here; only text built in Lua (replies, hash values) needs int() (Lua's own number
 -- formatting keeps 14 digits).
@@ -75,9 +76,12 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The same as exact decimal text (what is stored), without formatting a number: ARGV[1] itself, or TIME's two parts.
-local function now_text()
+-- An add's time for the key's entry as exact decimal text (what is stored), without formatting a number: ARGV[1]
+-- itself, or TIME's two parts for "", or "" (unknown) for "-": the caller records no metrics and does not ask for
+-- the clock (the time is only read for workqueue_queue_duration).
+local function since_text()
   if ARGV[1] ~= '' then
+    if ARGV[1] == '-' then return '' end
     return ARGV[1]
   end
   local t = redis.call('TIME')
@@ -93,7 +97,7 @@ end
 
 -- The add of the state machine for a key whose state entry is v (false: none; see the key list). 1 = DEDUP (dirty
 -- already: waiting, or "!"), 2 = MARKED (being processed: done() queues it once more), 3 = QUEUED (joined the fifo
--- tail). since is when it became dirty: exact decimal text (now_text, a score read from Redis) or a number.
+-- tail). since is when it became dirty: exact decimal text (since_text, a score read from Redis) or a number.
 local function add_state(key, v, since)
   if not v then
     redis.call('HSET', STATE, key, since)
