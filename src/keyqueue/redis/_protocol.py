@@ -251,12 +251,10 @@ def limiter_tree(limiter: object) -> LimiterTree:
 
 
 @dataclass(slots=True)
-class GetReply:
-    key: str | None  # None: nothing ready
-    wake_in: float | None  # nothing ready: seconds of queue time until a delayed key or a lease is due (None: never)
-    waited_us: int | None  # a key: how long it waited since it became dirty (microseconds), if known
-    fired: int
-    dirtied: int  # keys this script made dirty (run-out leases reclaimed, delayed keys fired)
+class NotReady:
+    """A get that found no key ready."""
+
+    wake_in: float | None  # seconds of queue time until a delayed key or a lease is due (None: never)
 
 
 class HandleState:
@@ -377,14 +375,15 @@ class HandleState:
                 self.metrics.adds_total[0] += dirtied
         return int(reply[0]), int(reply[1])
 
-    def on_get(self, reply: Any) -> GetReply:
-        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua)."""
+    def on_get(self, reply: Any) -> str | NotReady:
+        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua): the key handed out (now in
+        ``held``), or :class:`NotReady`."""
         if type(reply) is str and reply.startswith("1 0 0 ") and self.counts is None and self.metrics is None:
             # The common case: a key handed out, nothing fired or reclaimed, nothing to count.
             _, _, _, _, lease, key = reply.split(" ", 5)
             with self.lock:
                 self.held[key] = lease
-            return GetReply(key, None, None, 0, 0)
+            return key
         if isinstance(reply, list):
             text, expired = _text(reply[0]), [_text(k) for k in reply[1]]
         else:
@@ -414,14 +413,14 @@ class HandleState:
                     self.metrics.handed_out(key, self.metrics_clock.now_ns(),
                                             None if waited_us is None else waited_us * 1000)
         if handed:
-            return GetReply(key, None, waited_us, fired, dirtied)
+            return key
         wake_in = None
         if wake != "-" and wake != "inf":
             if self.clock is None:  # Redis time: the server said what time it is
                 wake_in = max(0.0, (float(wake) - float(now)) / 1e6)
             else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
                 wake_in = self.clock.real_wait(int(wake) * 1000)
-        return GetReply(None, wake_in, None, fired, dirtied)
+        return NotReady(wake_in)
 
     def begin_done(self, key: object) -> tuple[str, bool] | None:
         """Take the lease of ``key`` out of ``held`` for a done(): (lease, whether the heartbeat found it lost, so

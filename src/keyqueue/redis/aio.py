@@ -232,9 +232,9 @@ class Queue(_HandleBase):
                 raise ShutDown
             args = state.get_args() if packed is None else []
             reply = state.on_get(await self._within(_bound(hard, st), "get", self._call("get", args, packed)))
-            if reply.key is not None:
+            if isinstance(reply, str):  # a key handed out
                 self._ensure_heartbeat()
-                return reply.key
+                return reply
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:  # pass on a wake-up that may have announced an earlier delayed key

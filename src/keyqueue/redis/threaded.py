@@ -420,9 +420,9 @@ class Queue(_HandleBase):
             if state.shutting_down:
                 raise ShutDown
             reply = state.on_get(self._call_by(hard, "get", state.get_args() if packed is None else [], packed))
-            if reply.key is not None:
+            if isinstance(reply, str):  # a key handed out
                 self._ensure_heartbeat()
-                return reply.key
+                return reply
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:
