@@ -438,7 +438,8 @@ class HandleState:
 
     def end_done(self, key: str, lease: str, reply: Any, idle: Callable[[], None] | None = None) -> bool:
         """The done script's reply (-1 lost, 0 finished, 1 queued again): True for a redelivery; raises
-        :class:`LeaseLost` for -1. ``idle`` is called under ``lock`` if this handle holds no key afterwards."""
+        :class:`LeaseLost` for -1. ``idle`` is called under ``lock`` if this handle holds no key afterwards while
+        a drain waits for that (``draining``)."""
         code = int(reply)
         with self.lock:
             try:
@@ -452,7 +453,7 @@ class HandleState:
                     else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
                         self.metrics.abandon(key)
             finally:
-                if idle is not None and not self.held:
+                if idle is not None and self.draining and not self.held:
                     idle()
         if code < 0:
             raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
