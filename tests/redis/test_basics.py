@@ -288,7 +288,30 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
         rclient.script_load(src)  # Redis compiles it
     assert "catch_up" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
     assert re.findall(r"^local ([A-Z]+) = P", script_source("done"), re.MULTILINE) == [
-        "FIFO", "STATE", "PROC", "NOTIFY", "COUNTERS"]
+        "STATE", "PROC", "FIFO", "NOTIFY", "COUNTERS"]  # the last three only in its cold part (a redelivery)
+
+
+def test_a_hot_path_defines_only_what_it_uses() -> None:
+    # script_source's cold parts: a dedup add, a done that finds the key clean and a get with nothing due return
+    # before the names and functions only their cold part needs are defined (each definition costs Redis time).
+    import re
+
+    from keyqueue.redis._protocol import script_source
+
+    def defined(text: str) -> tuple[list[str], list[str]]:
+        return (re.findall(r"^local function (\w+)\(", text, re.MULTILINE),
+                re.findall(r"^local ([A-Z][A-Z_]+) = ", text, re.MULTILINE))
+
+    add = script_source("add")
+    assert defined(add[:add.index("  return 1\nend\n")]) == ([], ["STATE"])  # the dedup path: one HGET
+    assert {"add_state", "notify", "since_text"} <= set(defined(add)[0])
+    done = script_source("done")
+    assert defined(done[:done.index("  return 0\nend\n")]) == ([], ["STATE", "PROC"])
+    get = script_source("get")
+    functions, names = defined(get[:get.index("if due <= now then")])
+    assert functions == ["int", "now_us", "read_due", "write_due"]
+    assert names == ["FIFO", "STATE", "PROC", "SEQ", "DUE", "INF"]
+    assert defined(get)[0].count("catch_up") == 1  # defined in its cold part, once
 
 
 def test_add_many_is_add_of_each_key_in_order_pipelined(new_queue: Any, rclient: redis.Redis) -> None:

@@ -61,7 +61,10 @@ GET_MARGIN: Final = 0.5
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 _LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
-_LUA_KEY_NAME = re.compile(r"^local ([A-Z]+) = P \.\. '\w+'$")  # lib.lua's key names, one per line
+# lib.lua's names (key names, constants), one per line: a script keeps only those its code uses. P is always kept.
+_LUA_NAME = re.compile(r"^local ([A-Z][A-Z_]+) = ")
+# An operation's cold part (see script_source): from a line "--: cold ..." to one "--: end cold" or the end of the file.
+_LUA_COLD = re.compile(r"^[ \t]*--: cold\b[^\n]*\n(.*?)(?:^[ \t]*--: end cold[^\n]*\n|\Z)", re.MULTILINE | re.DOTALL)
 
 
 @functools.cache
@@ -89,28 +92,55 @@ def _library() -> tuple[str, tuple[tuple[str, str], ...]]:
     return text[:prologue_end], tuple(functions)
 
 
+def _calls(code: str, bodies: dict[str, str]) -> set[str]:
+    """The library functions ``code`` calls, directly or through another library function."""
+    needed: set[str] = set()
+    todo = [code]
+    while todo:
+        text = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
+        for name in bodies:
+            if name not in needed and re.search(rf"\b{name}\(", text):
+                needed.add(name)
+                todo.append(bodies[name])
+    return needed
+
+
 @functools.cache
 def script_source(operation: str) -> str:
-    """The Lua text sent for ``operation``: lib.lua's prologue (of its key names only those the script uses), the
+    """The Lua text sent for ``operation``: lib.lua's prologue (of its names only those the script uses), the
     library functions the operation calls (directly or through another library function, in lib.lua's order, so
     each is defined before its callers), then the operation's own file. Redis runs a script's whole text on every
-    call, so unused definitions would cost time."""
+    call, and a definition costs time even when unused (a closure with its upvalues, a string), so:
+
+    * unused names and functions are left out;
+    * an operation may mark a **cold part** (from a line ``--: cold`` to a line ``--: end cold`` or the end of
+      the file, e.g. the inside of an ``if``): the names and functions only it needs are defined there, at the
+      marker, so a call that never enters it (a dedup add, a get with nothing due) never pays for them. The rest
+      of the file (the hot part) cannot use them, as Lua's scoping also says."""
     own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
     prologue, functions = _library()
     bodies = dict(functions)
-    needed: set[str] = set()
-    todo = [own]
-    while todo:
-        code = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
-        for name in bodies:
-            if name not in needed and re.search(rf"\b{name}\(", code):
-                needed.add(name)
-                todo.append(bodies[name])
-    linked = "".join(body for name, body in functions if name in needed)
-    code = _LUA_COMMENT.sub("", linked + own)
-    kept = "".join(line for line in prologue.splitlines(keepends=True)
-                   if (m := _LUA_KEY_NAME.match(line)) is None or re.search(rf"\b{m.group(1)}\b", code))
-    return kept + linked + "\n" + own
+    cold_match = _LUA_COLD.search(own)
+    cold = "" if cold_match is None else cold_match.group(1)
+    hot = own if cold_match is None else own[:cold_match.start()] + own[cold_match.end():]
+    hot_needed = _calls(hot, bodies)
+    cold_needed = _calls(hot + cold, bodies) - hot_needed
+    hot_funcs = "".join(body for name, body in functions if name in hot_needed)
+    cold_funcs = "".join(body for name, body in functions if name in cold_needed)
+    hot_code = _LUA_COMMENT.sub("", hot_funcs + hot)
+    cold_code = _LUA_COMMENT.sub("", cold_funcs + cold)
+    hot_lines, cold_lines = [], []
+    for line in prologue.splitlines(keepends=True):
+        m = _LUA_NAME.match(line)
+        if m is None or re.search(rf"\b{m.group(1)}\b", hot_code):
+            hot_lines.append(line)
+        elif re.search(rf"\b{m.group(1)}\b", cold_code):
+            cold_lines.append(line)
+    text = "".join(hot_lines) + hot_funcs + "\n"
+    if cold_match is None:
+        return text + own
+    return (text + own[:cold_match.start()] + "".join(cold_lines) + cold_funcs + cold
+            + own[cold_match.end():])
 
 
 @functools.cache

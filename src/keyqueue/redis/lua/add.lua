@@ -11,4 +11,5 @@ local v = redis.call('HGET', STATE, key)
 if v and string.byte(v) ~= 64 then -- not "@": dirty already
   return 1
 end
+--: cold (what only a key that becomes dirty needs is defined from here on)
 return add_state(key, v, since_text())

@@ -15,6 +15,7 @@ local n = #lease
 if not v or string.sub(v, 1, n + 2) ~= '!' .. lease .. ' ' then
   return -1
 end
+--: cold (what only a redelivery needs is defined from here on)
 redis.call('HSET', STATE, key, string.sub(v, n + 3)) -- waiting, dirty since it was re-added
 redis.call('ZREM', PROC, key)
 redis.call('RPUSH', FIFO, key)

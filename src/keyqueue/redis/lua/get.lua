@@ -15,7 +15,13 @@
 -- "-" if unknown), wake the next wake-up time in microseconds ("-": none). When leases ran out and were reclaimed,
 -- the reply is {that string, the reclaimed keys} instead.
 local now = now_us()
-local expired, reclaimed, fired, promoted, due, write = catch_up(now)
+local expired, reclaimed, fired, promoted, due, write = false, 0, 0, 0, read_due(), false
+if due <= now then -- something may have run out or fallen due
+  --: cold
+  expired, reclaimed, fired, promoted, due = catch_up(now)
+  write = true
+  --: end cold
+end
 local head = '0 0 ' -- the common case, without formatting two numbers
 if fired > 0 or reclaimed + promoted > 0 then
   head = fired .. ' ' .. (reclaimed + promoted) .. ' '

@@ -167,9 +167,11 @@ local function add_delayed(key, delay, now)
   return 4
 end
 
--- get's and len's first step, unless the due hint says nothing can be due by now (the common case: one GET).
--- Its three parts are written out here rather than as functions of their own: a function defined in a script is
--- created on every call, used or not, and these run only when something may be due.
+-- get's and len's first step when the due hint (read_due) is not later than now: something may have run out or
+-- fallen due. The callers call it in their cold part (keyqueue.redis._protocol.script_source), so that it and what
+-- only it uses are not even defined when the hint says nothing is due (the common case: one GET). Its three parts
+-- are written out here rather than as functions of their own: a function defined in a script is created on every
+-- call that reaches its definition.
 -- 1. Leases whose deadline has passed: the key goes back to the fifo tail, waiting (it still needs processing: its
 --    holder never confirmed it; dirty since it was re-added, if it was, else since now) and its lease is gone with
 --    its "@"/"!" entry, so the old holder's done() and renewals find another entry.
@@ -178,13 +180,9 @@ end
 -- 3. The due time afterwards: the earliest score left in delay and proc (INF: none).
 -- Returns the reclaimed keys (false if none), how many of them became dirty here (were not re-added meanwhile:
 -- metrics count those as adds of the handle whose script ran this), how many delayed keys fired, how many of them
--- made their key dirty (the others found it dirty already), the due time (exact when the step ran, else the hint),
--- and whether that time must still be written (the step ran: the caller writes it once, after any score it adds).
+-- made their key dirty (the others found it dirty already), and the exact due time afterwards, which the caller
+-- writes (write_due) once, after any score it adds.
 local function catch_up(now)
-  local due = read_due()
-  if due > now then
-    return false, 0, 0, 0, due, false
-  end
   local expired = redis.call('ZRANGEBYSCORE', PROC, '-inf', now, 'LIMIT', 0, BATCH)
   local reclaimed, unmarked = 0, 0
   for _, key in ipairs(expired) do
@@ -214,10 +212,10 @@ local function catch_up(now)
     redis.call('ZREM', DELAY, key)
     if add_now(key, ready[i + 1]) ~= 1 then promoted = promoted + 1 end -- dirty since it fell due (Redis's text)
   end
-  due = INF
+  local due = INF
   local d = redis.call('ZRANGE', DELAY, 0, 0, 'WITHSCORES')
   if d[2] then due = tonumber(d[2]) end
   local p = redis.call('ZRANGE', PROC, 0, 0, 'WITHSCORES')
   if p[2] and tonumber(p[2]) < due then due = tonumber(p[2]) end
-  return expired, reclaimed, #ready / 2, promoted, due, true
+  return expired, reclaimed, #ready / 2, promoted, due
 end
