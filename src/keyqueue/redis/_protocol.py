@@ -113,34 +113,41 @@ def script_source(operation: str) -> str:
     call, and a definition costs time even when unused (a closure with its upvalues, a string), so:
 
     * unused names and functions are left out;
-    * an operation may mark a **cold part** (from a line ``--: cold`` to a line ``--: end cold`` or the end of
-      the file, e.g. the inside of an ``if``): the names and functions only it needs are defined there, at the
-      marker, so a call that never enters it (a dedup add, a get with nothing due) never pays for them. The rest
-      of the file (the hot part) cannot use them, as Lua's scoping also says."""
+    * an operation may mark **cold parts** (each from a line ``--: cold`` to a line ``--: end cold`` or the end of
+      the file, e.g. the inside of an ``if``): the names and functions only a cold part needs are defined there,
+      at its start, so a call that never enters it (a dedup add, a get with nothing due) never pays for them. The
+      rest of the file (the hot part) cannot use them, as Lua's scoping also says."""
     own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
     prologue, functions = _library()
     bodies = dict(functions)
-    cold_match = _LUA_COLD.search(own)
-    cold = "" if cold_match is None else cold_match.group(1)
-    hot = own if cold_match is None else own[:cold_match.start()] + own[cold_match.end():]
-    hot_needed = _calls(hot, bodies)
-    cold_needed = _calls(hot + cold, bodies) - hot_needed
-    hot_funcs = "".join(body for name, body in functions if name in hot_needed)
-    cold_funcs = "".join(body for name, body in functions if name in cold_needed)
-    hot_code = _LUA_COMMENT.sub("", hot_funcs + hot)
-    cold_code = _LUA_COMMENT.sub("", cold_funcs + cold)
-    hot_lines, cold_lines = [], []
-    for line in prologue.splitlines(keepends=True):
-        m = _LUA_NAME.match(line)
-        if m is None or re.search(rf"\b{m.group(1)}\b", hot_code):
-            hot_lines.append(line)
-        elif re.search(rf"\b{m.group(1)}\b", cold_code):
-            cold_lines.append(line)
-    text = "".join(hot_lines) + hot_funcs + "\n"
-    if cold_match is None:
-        return text + own
-    return (text + own[:cold_match.start()] + "".join(cold_lines) + cold_funcs + cold
-            + own[cold_match.end():])
+    colds = list(_LUA_COLD.finditer(own))
+    hot = "".join(own[a:b] for a, b in zip([0] + [m.end() for m in colds], [m.start() for m in colds] + [len(own)],
+                                            strict=True))
+
+    def definitions(code: str, exclude: set[str], names_too: bool) -> tuple[str, set[str]]:
+        # The prologue lines (names: only those used) and library functions ``code`` needs, without ``exclude``.
+        needed = _calls(code, bodies) - exclude
+        funcs = "".join(body for name, body in functions if name in needed)
+        used = _LUA_COMMENT.sub("", funcs + code)
+        lines = []
+        for line in prologue.splitlines(keepends=True):
+            m = _LUA_NAME.match(line)
+            if m is None:
+                if names_too:  # the prologue's other lines (comments, P) once, at the top
+                    lines.append(line)
+            elif m.group(1) not in exclude and re.search(rf"\b{m.group(1)}\b", used):
+                lines.append(line)
+                needed.add(m.group(1))
+        return "".join(lines) + funcs, needed
+
+    text, hot_defined = definitions(hot, set(), True)
+    parts, pos = [text + "\n"], 0
+    for m in colds:
+        cold_defs, _ = definitions(m.group(1), hot_defined, False)
+        parts += [own[pos:m.start()], cold_defs, m.group(1)]
+        pos = m.end()
+    parts.append(own[pos:])
+    return "".join(parts)
 
 
 @functools.cache

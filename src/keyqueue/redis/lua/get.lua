@@ -49,7 +49,11 @@ else
   if since then waited = int(math.max(0, now - since)) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
-if write then write_due(due) end
+if write then -- after catch_up, or a deadline below the hint
+  --: cold
+  write_due(due)
+  --: end cold
+end
 if expired then
   return {reply, expired}
 end
