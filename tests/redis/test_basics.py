@@ -272,7 +272,7 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
 
     _, functions = _library()
     names = [n for n, _ in functions]
-    assert {"now_us", "notify", "add_state", "catch_up"} <= set(names)
+    assert {"now_us", "notify", "add_clean", "add_held", "add_state", "catch_up"} <= set(names)
     for op in OPERATIONS:
         src = script_source(op)
         defined = re.findall(r"^local function (\w+)\(", src, re.MULTILINE)
@@ -303,8 +303,11 @@ def test_a_hot_path_defines_only_what_it_uses() -> None:
                 re.findall(r"^local ([A-Z][A-Z_]+) = ", text, re.MULTILINE))
 
     add = script_source("add")
-    assert defined(add[:add.index("  return 1\nend\n")]) == ([], ["STATE"])  # the dedup path: one HGET
-    assert {"add_state", "notify", "since_text"} <= set(defined(add)[0])
+    # The dedup path: the head (one HGET), past the clean key's branch, to its return: nothing defined but STATE.
+    assert defined(add[:add.index("if not v then")]) == ([], ["STATE"])
+    assert defined(add[add.index("  return add_clean("):add.index("  return 1\nend\n")]) == ([], [])
+    assert {"add_clean", "add_held", "notify", "since_text"} <= set(defined(add)[0])
+    assert "add_state" not in defined(add)[0]
     done = script_source("done")
     assert defined(done[:done.index("  return 0\nend\n")]) == ([], ["STATE", "PROC"])
     get = script_source("get")

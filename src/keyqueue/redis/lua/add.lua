@@ -8,8 +8,13 @@
 -- ARGV: 1 now ("" = TIME, "-" = no time needed), 2 key.  Returns 1 DEDUP, 2 MARKED, 3 QUEUED.
 local key = ARGV[2]
 local v = redis.call('HGET', STATE, key)
-if v and string.byte(v) ~= 64 then -- not "@": dirty already
+if not v then -- clean: it joins the fifo
+  --: cold (each path defines only what it uses)
+  return add_clean(key, since_text())
+  --: end cold
+end
+if string.byte(v) ~= 64 then -- not "@": dirty already
   return 1
 end
---: cold (what only a key that becomes dirty needs is defined from here on)
-return add_state(key, v, since_text())
+--: cold
+return add_held(key, v, since_text())

@@ -96,23 +96,34 @@ local function notify()
   end
 end
 
--- The add of the state machine for a key whose state entry is v (false: none; see the key list). 1 = DEDUP (dirty
--- already: waiting, or "!"), 2 = MARKED (being processed: done() queues it once more), 3 = QUEUED (joined the fifo
--- tail). since is when it became dirty: exact decimal text (since_text, a score read from Redis) or a number.
-local function add_state(key, v, since)
-  if not v then
-    redis.call('HSET', STATE, key, since)
-    redis.call('RPUSH', FIFO, key)
-    notify()
-    return 3
-  end
-  if string.byte(v) ~= 64 then -- not "@"
-    return 1
-  end
+-- The add of the state machine for a key without a state entry: 3 = QUEUED (joined the fifo tail). since is when
+-- it became dirty: exact decimal text (since_text, a score read from Redis) or a number.
+local function add_clean(key, since)
+  redis.call('HSET', STATE, key, since)
+  redis.call('RPUSH', FIFO, key)
+  notify()
+  return 3
+end
+
+-- The add of the state machine for a key handed out and not re-added (its "@" entry v): 2 = MARKED (done() queues
+-- it once more).
+local function add_held(key, v, since)
   if type(since) == 'number' then since = int(since) end
   redis.call('HSET', STATE, key, '!' .. string.sub(v, 2) .. ' ' .. since)
   redis.call('HINCRBY', COUNTERS, 'marks', 1)
   return 2
+end
+
+-- The add of the state machine for a key whose state entry is v (false: none; see the key list): add_clean,
+-- 1 = DEDUP (dirty already: waiting, or "!"), or add_held.
+local function add_state(key, v, since)
+  if not v then
+    return add_clean(key, since)
+  end
+  if string.byte(v) ~= 64 then -- not "@"
+    return 1
+  end
+  return add_held(key, v, since)
 end
 
 -- The add of the state machine (add_state of the key's current entry).
