@@ -96,6 +96,26 @@ def test_scripts_flushed_from_redis_are_loaded_again(redis_url: str) -> None:
     asyncio.run(main())
 
 
+def test_a_queue_left_by_an_older_layout_is_refused_until_deleted(redis_url: str) -> None:
+    import redis
+
+    from keyqueue.redis import RedisQueueError
+
+    async def main() -> None:
+        name = f"aio-old-{uuid.uuid4().hex[:8]}"
+        with redis.Redis.from_url(redis_url) as sync:
+            sync.hset(f"kq:{{{name}}}:lease", "a", "1|h")
+        async with rq.Queue(name, url=redis_url) as q:
+            for call in (lambda: q.add("a"), lambda: q.add_many(["a"]), lambda: q.get(timeout=1)):
+                with pytest.raises(RedisQueueError, match=rf"older keyqueue.*DEL kq:{{{name}}}:fifo"):
+                    await call()
+            assert await q.delete() == 1
+            assert await q.add("a") == AddResult.QUEUED
+            await q.delete()
+
+    asyncio.run(main())
+
+
 def test_add_many_pipelines_adds_in_order(redis_url: str) -> None:
     import redis
 

@@ -162,7 +162,7 @@ def test_rate_limiter_arithmetic_matches_keyqueue_ratelimit(
     clock = FakeClock(start=1000.0)
     reference = make_limiter(clock)
     q = new_queue(RateLimitingQueue, rate_limiter=make_limiter(clock), clock=clock)
-    delay_key = q._state.keys[4]
+    delay_key = q._state.prefix + "delay"
     steps = [("k1", 0.0)] * 8 + [("k2", 0.0), ("k1", 0.25), ("forget", 0.0), ("k1", 0.0), ("k2", 0.0)] * 4
     for i, (key, step) in enumerate(steps):
         clock.step(step)
@@ -182,7 +182,7 @@ def test_rate_limiter_arithmetic_matches_keyqueue_ratelimit(
         else:
             assert score is not None and int(score) - now_us == max(1, round(want * 1e6)), (i, key, want)
         assert q.num_requeues(key) == reference.num_requeues(key), (i, key)
-        rclient.delete(q._state.keys[0], q._state.keys[1])  # keep the FIFO empty: only the limiter is compared
+        rclient.delete(q._state.prefix + "fifo", q._state.prefix + "state")  # only the limiter is compared
 
 
 @pytest.mark.parametrize("key", ["a b", "x|y z", " lead", "trail ", "", "ü ✓\n2", "1 0 0 - 7|h k"])
@@ -220,6 +220,51 @@ def test_snapshot_counts_the_shared_structures_like_the_in_process_queue(new_que
     assert (q.snapshot().fifo, q.snapshot().processing) == (2, 0)
 
 
+@pytest.mark.parametrize("old_key", ["dirty", "lease"])
+def test_a_queue_left_by_an_older_layout_is_refused_until_deleted(
+    new_queue: Any, rclient: redis.Redis, old_key: str
+) -> None:
+    # Before the per-key state hash a queue kept a dirty hash and a lease hash; this version would not see them (a
+    # waiting key would be queued twice), so every handle checks once, before its first operation, and refuses.
+    name = f"old-{old_key}"
+    prefix = f"kq:{{{name}}}:"
+    rclient.rpush(prefix + "fifo", "a")
+    rclient.hset(prefix + old_key, "a", "1")
+    q = new_queue(name=name)
+    for call in (lambda: q.add("a"), lambda: q.get(timeout=1), lambda: q.add_many(["a"]), lambda: len(q)):
+        with pytest.raises(RedisQueueError, match=rf"older keyqueue.*DEL kq:{{{name}}}:fifo kq:{{{name}}}:dirty"):
+            call()
+    assert rclient.lrange(prefix + "fifo", 0, -1) == ["a"] and not rclient.exists(prefix + "state")  # untouched
+    assert q.delete() == 2  # delete() needs no check: it removes the older layout's keys too
+    assert q.add("a") is AddResult.QUEUED and q.get(timeout=1) == "a"
+    # The control: a handle that passed its check does not look again (one check per handle, not per call).
+    rclient.hset(prefix + old_key, "b", "1")
+    assert q.add("b") is AddResult.QUEUED
+
+
+def test_dirty_counts_keys_readded_while_held_through_done_and_run_out_leases(new_queue: Any) -> None:
+    # A key re-added while held is dirty but not in the FIFO: the depth counts it until done() queues it again or
+    # its lease runs out and it is reclaimed (lib.lua's counters: marks - redelivered - unmarked).
+    clock = FakeClock(start=1000.0)
+    q = new_queue(clock=clock, lease=30.0)  # its heartbeat beats every 10 s: not during this test
+    for k in ("a", "b", "c"):
+        q.add(k)
+    got = [q.get(timeout=1) for _ in range(3)]
+    assert got == ["a", "b", "c"] and q.inspect()["dirty"] == 0
+    assert [q.add(k) for k in got] == [AddResult.MARKED] * 3
+    assert q.add("a") is AddResult.DEDUP  # dirty already, twice is once
+    assert (q.inspect()["dirty"], q.inspect()["queued"], q._depth()) == (3, 0, 3)
+    assert q.done("a") is True  # redelivered: in the FIFO again, still dirty
+    assert (q.inspect()["dirty"], q.inspect()["queued"]) == (3, 1)
+    assert q.done("b") is True and q.get(timeout=1) == "a"
+    assert (q.inspect()["dirty"], q.inspect()["queued"], q.inspect()["processing"]) == (2, 1, 2)
+    clock.step(100.0)  # the leases of a and c run out
+    assert len(q) == 3  # b waiting, then c (re-added: reclaimed as dirty) and a (clean) reclaimed
+    assert (q.inspect()["dirty"], q.inspect()["processing"], q.inspect()["expired"]) == (3, 0, 2)
+    assert sorted(q.get(timeout=1) for _ in range(3)) == ["a", "b", "c"]
+    assert q.inspect()["dirty"] == 0
+
+
 def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: redis.Redis) -> None:
     import re
 
@@ -227,7 +272,7 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
 
     _, functions = _library()
     names = [n for n, _ in functions]
-    assert {"now_us", "notify", "add_clean", "catch_up"} <= set(names)
+    assert {"now_us", "notify", "add_clean", "add_held", "add_state", "catch_up"} <= set(names)
     for op in OPERATIONS:
         src = script_source(op)
         defined = re.findall(r"^local function (\w+)\(", src, re.MULTILINE)
@@ -236,14 +281,40 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
         assert set(defined) - {"num", "when"} == called, op  # num/when: add_rate_limited's own functions
         # ... and exactly the key names it uses (each is one concatenation per call)
         declared = set(re.findall(r"^local ([A-Z]+) = P \.\. '", src, re.MULTILINE))
-        roles = ("FIFO", "DIRTY", "PROC", "LEASE", "DELAY", "NOTIFY", "FAIL", "BUCKET", "SEQ", "COUNTERS", "DUE")
+        roles = ("FIFO", "STATE", "PROC", "DELAY", "NOTIFY", "FAIL", "BUCKET", "SEQ", "COUNTERS", "DUE")
         used = {n for n in roles
                 if re.search(rf"\b{n}\b", re.sub(rf"^local {n} = [^\n]*", "", code, flags=re.MULTILINE))}
         assert declared == used, op
         rclient.script_load(src)  # Redis compiles it
     assert "catch_up" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
     assert re.findall(r"^local ([A-Z]+) = P", script_source("done"), re.MULTILINE) == [
-        "FIFO", "DIRTY", "PROC", "LEASE", "NOTIFY", "COUNTERS"]
+        "STATE", "PROC", "FIFO", "NOTIFY", "COUNTERS"]  # the last three only in its cold part (a redelivery)
+
+
+def test_a_hot_path_defines_only_what_it_uses() -> None:
+    # script_source's cold parts: a dedup add, a done that finds the key clean and a get with nothing due return
+    # before the names and functions only their cold part needs are defined (each definition costs Redis time).
+    import re
+
+    from keyqueue.redis._protocol import script_source
+
+    def defined(text: str) -> tuple[list[str], list[str]]:
+        return (re.findall(r"^local function (\w+)\(", text, re.MULTILINE),
+                re.findall(r"^local ([A-Z][A-Z_]+) = ", text, re.MULTILINE))
+
+    add = script_source("add")
+    # The dedup path: the head (one HGET), past the clean key's branch, to its return: nothing defined but STATE.
+    assert defined(add[:add.index("if not v then")]) == ([], ["STATE"])
+    assert defined(add[add.index("  return add_clean("):add.index("  return 1\nend\n")]) == ([], [])
+    assert {"add_clean", "add_held", "notify", "since_text"} <= set(defined(add)[0])
+    assert "add_state" not in defined(add)[0]
+    done = script_source("done")
+    assert defined(done[:done.index("  return 0\nend\n")]) == ([], ["STATE", "PROC"])
+    get = script_source("get")
+    functions, names = defined(get[:get.index("if due <= now then")])
+    assert functions == ["int", "now_us", "read_due"]
+    assert names == ["FIFO", "STATE", "PROC", "SEQ", "DUE", "INF"]
+    assert defined(get)[0].count("catch_up") == defined(get)[0].count("write_due") == 1  # each in its cold part
 
 
 def test_add_many_is_add_of_each_key_in_order_pipelined(new_queue: Any, rclient: redis.Redis) -> None:

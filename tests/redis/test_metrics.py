@@ -141,6 +141,32 @@ def test_counters_per_handle_depth_shared(make_queue: Callable[..., Any], shell:
     assert shared.snapshot()[name].adds == 1
 
 
+def test_adds_of_a_handle_without_metrics_read_no_clock(make_queue: Callable[..., Any], redis_url: str) -> None:
+    """The time a key became dirty is only read for workqueue_queue_duration: an add of a handle that records no
+    metrics stores none (no TIME in Redis), and a handle that records them observes no queue duration for that key.
+    The control: a key added by a handle with metrics is stored with its time and observed."""
+    import redis
+
+    name = fresh()
+    provider = SnapshotMetricsProvider()
+    plain = make_queue("queue", name=name, metrics_provider=NoopMetricsProvider())
+    observed = make_queue("queue", name=name, metrics_provider=provider)
+    assert plain.add("k1") is AddResult.QUEUED
+    assert observed.add("k2") is AddResult.QUEUED
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        entries = r.hgetall(f"kq:{{{name}}}:state")
+        seconds, micros = r.time()
+    assert entries["k1"] == ""
+    assert 0 <= seconds * 1_000_000 + micros - int(entries["k2"]) < 5_000_000  # Redis TIME's two parts, as µs
+    assert plain.add("k1") is AddResult.DEDUP  # a waiting key without a time is dirty all the same
+    assert observed.get(timeout=5) == "k1"
+    assert provider.snapshot()[name].queue_duration.count == 0
+    assert observed.get(timeout=5) == "k2"
+    assert provider.snapshot()[name].queue_duration.count == 1
+    assert plain.add("k1") is AddResult.MARKED and observed.done("k1") is True  # queued again, still no time
+    assert observed.get(timeout=5) == "k1" and provider.snapshot()[name].queue_duration.count == 1
+
+
 def test_retries_and_delayed_keys(make_queue: Callable[..., Any]) -> None:
     clock = FakeClock()
     registry = CollectorRegistry()

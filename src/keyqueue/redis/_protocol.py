@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -34,16 +34,22 @@ from keyqueue.ratelimit import (
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError, RedisUnavailable
 
-__all__ = ["OPERATIONS", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
+__all__ = ["OPERATIONS", "UNCHECKED", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
 
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys (prefix + role), as lib.lua names them.
-_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
+_KEY_ROLES: Final = ("fifo", "state", "proc", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
+# The roles of the layout before the per-key state hash (dirty and lease hashes instead of state), for the error
+# that refuses a queue an older keyqueue left in Redis.
+_OLD_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters",
+                         "due")
 OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
-    "delete", "wake",
+    "delete", "wake", "layout",
 )
+# Operations a handle may send before it has checked the queue's layout (see HandleState.on_layout).
+UNCHECKED: Final = frozenset({"delete", "layout"})
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
                    5: AddResult.DELAY_KEPT}
 ADD_MANY_BATCH: Final = 1000  # adds per pipelined round trip of add_many (bounds the request and reply buffers)
@@ -55,7 +61,10 @@ GET_MARGIN: Final = 0.5
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 _LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
-_LUA_KEY_NAME = re.compile(r"^local ([A-Z]+) = P \.\. '\w+'$")  # lib.lua's key names, one per line
+# lib.lua's names (key names, constants), one per line: a script keeps only those its code uses. P is always kept.
+_LUA_NAME = re.compile(r"^local ([A-Z][A-Z_]+) = ")
+# An operation's cold part (see script_source): from a line "--: cold ..." to one "--: end cold" or the end of the file.
+_LUA_COLD = re.compile(r"^[ \t]*--: cold\b[^\n]*\n(.*?)(?:^[ \t]*--: end cold[^\n]*\n|\Z)", re.MULTILINE | re.DOTALL)
 
 
 @functools.cache
@@ -83,28 +92,62 @@ def _library() -> tuple[str, tuple[tuple[str, str], ...]]:
     return text[:prologue_end], tuple(functions)
 
 
+def _calls(code: str, bodies: dict[str, str]) -> set[str]:
+    """The library functions ``code`` calls, directly or through another library function."""
+    needed: set[str] = set()
+    todo = [code]
+    while todo:
+        text = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
+        for name in bodies:
+            if name not in needed and re.search(rf"\b{name}\(", text):
+                needed.add(name)
+                todo.append(bodies[name])
+    return needed
+
+
 @functools.cache
 def script_source(operation: str) -> str:
-    """The Lua text sent for ``operation``: lib.lua's prologue (of its key names only those the script uses), the
+    """The Lua text sent for ``operation``: lib.lua's prologue (of its names only those the script uses), the
     library functions the operation calls (directly or through another library function, in lib.lua's order, so
     each is defined before its callers), then the operation's own file. Redis runs a script's whole text on every
-    call, so unused definitions would cost time."""
+    call, and a definition costs time even when unused (a closure with its upvalues, a string), so:
+
+    * unused names and functions are left out;
+    * an operation may mark **cold parts** (each from a line ``--: cold`` to a line ``--: end cold`` or the end of
+      the file, e.g. the inside of an ``if``): the names and functions only a cold part needs are defined there,
+      at its start, so a call that never enters it (a dedup add, a get with nothing due) never pays for them. The
+      rest of the file (the hot part) cannot use them, as Lua's scoping also says."""
     own = (resources.files("keyqueue.redis") / "lua" / f"{operation}.lua").read_text()
     prologue, functions = _library()
     bodies = dict(functions)
-    needed: set[str] = set()
-    todo = [own]
-    while todo:
-        code = _LUA_COMMENT.sub("", todo.pop())  # a function named in a comment is not a call
-        for name in bodies:
-            if name not in needed and re.search(rf"\b{name}\(", code):
-                needed.add(name)
-                todo.append(bodies[name])
-    linked = "".join(body for name, body in functions if name in needed)
-    code = _LUA_COMMENT.sub("", linked + own)
-    kept = "".join(line for line in prologue.splitlines(keepends=True)
-                   if (m := _LUA_KEY_NAME.match(line)) is None or re.search(rf"\b{m.group(1)}\b", code))
-    return kept + linked + "\n" + own
+    colds = list(_LUA_COLD.finditer(own))
+    hot = "".join(own[a:b] for a, b in zip([0] + [m.end() for m in colds], [m.start() for m in colds] + [len(own)],
+                                            strict=True))
+
+    def definitions(code: str, exclude: set[str], names_too: bool) -> tuple[str, set[str]]:
+        # The prologue lines (names: only those used) and library functions ``code`` needs, without ``exclude``.
+        needed = _calls(code, bodies) - exclude
+        funcs = "".join(body for name, body in functions if name in needed)
+        used = _LUA_COMMENT.sub("", funcs + code)
+        lines = []
+        for line in prologue.splitlines(keepends=True):
+            m = _LUA_NAME.match(line)
+            if m is None:
+                if names_too:  # the prologue's other lines (comments, P) once, at the top
+                    lines.append(line)
+            elif m.group(1) not in exclude and re.search(rf"\b{m.group(1)}\b", used):
+                lines.append(line)
+                needed.add(m.group(1))
+        return "".join(lines) + funcs, needed
+
+    text, hot_defined = definitions(hot, set(), True)
+    parts, pos = [text + "\n"], 0
+    for m in colds:
+        cold_defs, _ = definitions(m.group(1), hot_defined, False)
+        parts += [own[pos:m.start()], cold_defs, m.group(1)]
+        pos = m.end()
+    parts.append(own[pos:])
+    return "".join(parts)
 
 
 @functools.cache
@@ -245,12 +288,10 @@ def limiter_tree(limiter: object) -> LimiterTree:
 
 
 @dataclass(slots=True)
-class GetReply:
-    key: str | None  # None: nothing ready
-    wake_in: float | None  # nothing ready: seconds of queue time until a delayed key or a lease is due (None: never)
-    waited_us: int | None  # a key: how long it waited since it became dirty (microseconds), if known
-    fired: int
-    dirtied: int  # keys this script made dirty (run-out leases reclaimed, delayed keys fired)
+class NotReady:
+    """A get that found no key ready."""
+
+    wake_in: float | None  # seconds of queue time until a delayed key or a lease is due (None: never)
 
 
 class HandleState:
@@ -270,7 +311,7 @@ class HandleState:
         self.holder = uuid.uuid4().hex[:16]
         self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
         self.keys = [prefix + role for role in _KEY_ROLES]
-        self.notify_key = self.keys[5]
+        self.notify_key = prefix + "notify"
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
         self.lock = threading.Lock()
         self.held: dict[str, str] = {}  # key -> "token|holder" of the lease this handle holds
@@ -280,6 +321,7 @@ class HandleState:
         self.draining = False
         self.counts = DecisionCounts() if stats else None
         self.expired_seen = 0
+        self.layout_ok = False  # the queue's layout was checked (on_layout): set before this handle's first operation
         self.metrics: SharedQueueRecorder | None = None
         self.metrics_clock: Clock = clock if clock is not None else RealClock()
 
@@ -288,14 +330,22 @@ class HandleState:
     def now_arg(self) -> str:
         return "" if self.clock is None else str(self.clock.now_ns() // 1000)
 
+    def since_arg(self) -> str:
+        """An add's ARGV[1]: the queue time, or "" (Redis TIME) if this handle records metrics, else "-": the time a
+        key became dirty is only read for workqueue_queue_duration, so an add of a handle without metrics does not
+        read the clock (add.lua)."""
+        if self.clock is not None:
+            return self.now_arg()
+        return "" if self.metrics is not None else "-"
+
     def add_args(self, key: object) -> list[str]:
-        return [self.now_arg(), check_key(key)]
+        return [self.since_arg(), check_key(key)]
 
     def add_many_args(self, keys: Iterable[object]) -> list[list[str]]:
         """One add's arguments per key, every key checked before anything is sent."""
         if isinstance(keys, (str, bytes)):
             raise TypeError(f"add_many takes an iterable of str keys, not one {type(keys).__name__}: {keys!r:.80}")
-        now = self.now_arg()
+        now = self.since_arg()
         return [[now, check_key(k)] for k in keys]
 
     def add_after_args(self, key: object, delay: object) -> list[str]:
@@ -311,6 +361,19 @@ class HandleState:
         return [self.now_arg(), str(self.lease_us), self.holder, "1"]  # and tell me how long the key waited
 
     # -- outcomes ---------------------------------------------------------------------------------------------
+
+    def on_layout(self, reply: Any) -> None:
+        """The layout script's reply: 0 lets this handle use the queue; else the queue holds state of an older
+        keyqueue (before the per-key state hash) and :class:`RedisQueueError` says what to delete."""
+        if int(reply) == 0:
+            self.layout_ok = True
+            return
+        keys = " ".join(self.prefix + role for role in _OLD_KEY_ROLES)
+        raise RedisQueueError(
+            f"Redis queue {self.name!r} at {self.url} holds state written by an older keyqueue (its "
+            f"{self.prefix}dirty / {self.prefix}lease hashes, before the per-key state hash), which this version "
+            f"cannot read. Stop every handle of the older version, then delete the queue's state: q.delete(), or "
+            f"DEL {keys}")
 
     def dropped(self) -> AddResult:
         if self.counts is not None:
@@ -349,8 +412,15 @@ class HandleState:
                 self.metrics.adds_total[0] += dirtied
         return int(reply[0]), int(reply[1])
 
-    def on_get(self, reply: Any) -> GetReply:
-        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua)."""
+    def on_get(self, reply: Any) -> str | NotReady:
+        """The get script's reply (one string, or {string, reclaimed keys}; see get.lua): the key handed out (now in
+        ``held``), or :class:`NotReady`."""
+        if type(reply) is str and reply.startswith("1 0 0 ") and self.counts is None and self.metrics is None:
+            # The common case: a key handed out, nothing fired or reclaimed, nothing to count.
+            _, _, _, _, lease, key = reply.split(" ", 5)
+            with self.lock:
+                self.held[key] = lease
+            return key
         if isinstance(reply, list):
             text, expired = _text(reply[0]), [_text(k) for k in reply[1]]
         else:
@@ -380,43 +450,51 @@ class HandleState:
                     self.metrics.handed_out(key, self.metrics_clock.now_ns(),
                                             None if waited_us is None else waited_us * 1000)
         if handed:
-            return GetReply(key, None, waited_us, fired, dirtied)
+            return key
         wake_in = None
         if wake != "-" and wake != "inf":
             if self.clock is None:  # Redis time: the server said what time it is
                 wake_in = max(0.0, (float(wake) - float(now)) / 1e6)
             else:  # the test clock decides (a FakeClock: None, only a step, which wakes us, moves time)
                 wake_in = self.clock.real_wait(int(wake) * 1000)
-        return GetReply(None, wake_in, None, fired, dirtied)
+        return NotReady(wake_in)
 
-    def begin_done(self, key: object) -> str | None:
-        """Take the lease of ``key`` out of ``held`` for a done() (None: this handle does not hold it)."""
+    def begin_done(self, key: object) -> tuple[str, bool] | None:
+        """Take the lease of ``key`` out of ``held`` for a done(): (lease, whether the heartbeat found it lost, so
+        that nothing need be sent), or None if this handle does not hold ``key``."""
         k = check_key(key)
         with self.lock:
-            return self.held.pop(k, None)
+            lease = self.held.pop(k, None)
+            if lease is None:
+                return None
+            return lease, bool(self.lost) and (k, lease) in self.lost
 
     def abort_done(self, key: str, lease: str) -> None:
         with self.lock:
             self.held[key] = lease
 
-    def end_done(self, key: str, lease: str, reply: Any) -> bool:
+    def end_done(self, key: str, lease: str, reply: Any, idle: Callable[[], None] | None = None) -> bool:
+        """The done script's reply (-1 lost, 0 finished, 1 queued again): True for a redelivery; raises
+        :class:`LeaseLost` for -1. ``idle`` is called under ``lock`` if this handle holds no key afterwards while
+        a drain waits for that (``draining``)."""
         code = int(reply)
         with self.lock:
-            self.lost.discard((key, lease))
-            if self.counts is not None and code >= 0:
-                self.counts.done(True, code == 1)
-            if self.metrics is not None:
-                if code >= 0:
-                    self.metrics.done(key, self.metrics_clock.now_ns())
-                else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
-                    self.metrics.abandon(key)
+            try:
+                if self.lost:
+                    self.lost.discard((key, lease))
+                if self.counts is not None and code >= 0:
+                    self.counts.done(True, code == 1)
+                if self.metrics is not None:
+                    if code >= 0:
+                        self.metrics.done(key, self.metrics_clock.now_ns())
+                    else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
+                        self.metrics.abandon(key)
+            finally:
+                if idle is not None and self.draining and not self.held:
+                    idle()
         if code < 0:
             raise LeaseLost(key, int(lease.split("|", 1)[0]), self.name)
         return code == 1
-
-    def known_lost(self, key: str, lease: str) -> bool:
-        with self.lock:
-            return (key, lease) in self.lost
 
     def renew_args(self) -> tuple[list[str], list[tuple[str, str]]] | None:
         with self.lock:

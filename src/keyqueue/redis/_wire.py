@@ -65,12 +65,12 @@ class Packer:
 
     def evalsha(self, sha: str, args: list[str]) -> bytes:
         """One ``EVALSHA`` of ``sha`` with the queue's prefix as its one key and ``args`` (``str``) as ``ARGV``."""
-        parts = [self.head(sha, len(args))]
+        out = self.head(sha, len(args))
         enc, err = self._encoding, self._errors
-        for a in args:
+        for a in args:  # two or three short arguments: concatenating beats collecting parts and joining them
             b = a.encode(enc, err)
-            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        return b"".join(parts)
+            out += b"$%d\r\n%s\r\n" % (len(b), b)
+        return out
 
     def command(self, *args: Any) -> bytes:
         """Any command of ``str``/``int``/``float`` arguments (BLPOP, a wake-up)."""

@@ -28,6 +28,7 @@ from keyqueue.redis._metrics import detach
 from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
     GET_MARGIN,
+    UNCHECKED,
     _text,
     log,
     read_budget,
@@ -88,16 +89,20 @@ class Queue(_HandleBase):
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
-    async def _call(self, op: str, args: list[str]) -> Any:
+    async def _call(self, op: str, args: list[str], packed: bytes | None = None) -> Any:
         # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
-        # loading the script on NOSCRIPT and sending the call once more.
-        sha = self._sha[op]
+        # loading the script on NOSCRIPT and sending the call once more; the first call of a handle checks the queue's
+        # layout first (as the threaded shell's _check_layout).
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._state.on_layout(await self._call("layout", []))
+        if packed is None:
+            packed = self._packer.evalsha(self._sha[op], args)
         try:
             try:
-                return await self._wire.call(self._packer.evalsha(sha, args))
+                return await self._wire.call(packed)
             except NoScriptError:
                 await self._client.script_load(script_source(op))
-                return await self._wire.call(self._packer.evalsha(sha, args))
+                return await self._wire.call(packed)
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
 
@@ -118,6 +123,8 @@ class Queue(_HandleBase):
 
     async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
+        if not self._state.layout_ok:
+            self._state.on_layout(await self._call("layout", []))
         sha, keyargs = self._sha[op], self._keyargs
         try:
             async with self._client.pipeline(transaction=False) as pipe:
@@ -219,13 +226,15 @@ class Queue(_HandleBase):
         hard = None if deadline is None else deadline + GET_MARGIN  # every round trip of this call ends by then
         st = self._socket_timeout
         woken = False
+        packed = self._get_packed  # None: the arguments change (a test clock), packed per call
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(await self._within(_bound(hard, st), "get", self._call("get", state.get_args())))
-            if reply.key is not None:
+            args = state.get_args() if packed is None else []
+            reply = state.on_get(await self._within(_bound(hard, st), "get", self._call("get", args, packed)))
+            if isinstance(reply, str):  # a key handed out
                 self._ensure_heartbeat()
-                return reply.key
+                return reply
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:  # pass on a wake-up that may have announced an earlier delayed key
@@ -250,10 +259,11 @@ class Queue(_HandleBase):
     async def done(self, key: str) -> bool:
         """As :meth:`keyqueue.redis.Queue.done` (raises :class:`~keyqueue.redis.LeaseLost` for a lost lease)."""
         state = self._state
-        lease = state.begin_done(key)
-        if lease is None:
+        begun = state.begin_done(key)
+        if begun is None:
             return False
-        if state.known_lost(key, lease):
+        lease, lost = begun
+        if lost:
             reply: Any = -1
         else:
             try:
@@ -261,13 +271,7 @@ class Queue(_HandleBase):
             except BaseException:
                 state.abort_done(key, lease)
                 raise
-        try:
-            return state.end_done(key, lease, reply)
-        finally:
-            if not state.held:
-                for fut in self._idle:
-                    if not fut.done():
-                        fut.set_result(None)
+        return state.end_done(key, lease, reply, self._release_drainers)  # wakes a drain once nothing is held
 
     def fencing_token(self, key: str) -> int:
         """As :meth:`keyqueue.redis.Queue.fencing_token`."""

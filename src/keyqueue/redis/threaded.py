@@ -34,6 +34,7 @@ from keyqueue.redis._protocol import (
     DEFAULT_SOCKET_TIMEOUT,
     GET_MARGIN,
     OPERATIONS,
+    UNCHECKED,
     HandleState,
     _text,
     describe_url,
@@ -140,6 +141,8 @@ class _HandleBase:
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
                                            lock=state.lock, read_depth=self._depth)
+        # On Redis's clock a get's arguments never change (no queue time, and metrics are decided by now): packed once.
+        self._get_packed = None if clock is not None else self._packer.evalsha(self._sha["get"], state.get_args())
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
@@ -261,6 +264,8 @@ class Queue(_HandleBase):
         # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua), on the lean path (one connection of
         # this handle's, the connection's retry policy); the script is loaded when Redis does not know it (first
         # use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._check_layout()
         sha = self._sha[op]
         try:
             try:
@@ -271,11 +276,14 @@ class Queue(_HandleBase):
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
 
-    def _call_by(self, hard: float | None, op: str, args: list[str]) -> Any:
+    def _call_by(self, hard: float | None, op: str, args: list[str], packed: bytes | None = None) -> Any:
         # As _call, with every reply awaited (and a connection opened, if one must be) until ``hard`` (a monotonic
         # deadline; at most the socket timeout per reply), sent without retries: get's round trips and renew's.
-        sha = self._sha[op]
-        packed = self._packer.evalsha(sha, args)
+        # ``packed``: the call already packed (get's constant arguments, see _HandleBase).
+        if not self._state.layout_ok and op not in UNCHECKED:
+            self._state.on_layout(self._call_by(hard, "layout", []))
+        if packed is None:
+            packed = self._packer.evalsha(self._sha[op], args)
         budget = read_budget(hard, self._socket_timeout)
         try:
             try:
@@ -291,6 +299,8 @@ class Queue(_HandleBase):
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
         # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
         # sent once more after loading it.
+        if not self._state.layout_ok:
+            self._check_layout()
         sha, keyargs = self._sha[op], self._keyargs
         try:
             pipe = self._client.pipeline(transaction=False)
@@ -308,6 +318,11 @@ class Queue(_HandleBase):
         except RedisError as exc:
             raise translate(self.url, op, exc) from exc
         return replies
+
+    def _check_layout(self) -> None:
+        # Once per handle, before its first operation: refuse a queue an older keyqueue left in Redis (see
+        # HandleState.on_layout). delete() needs no check: it removes the older layout's keys too.
+        self._state.on_layout(self._call("layout", []))
 
     @property
     def _getters(self) -> int:
@@ -400,13 +415,14 @@ class Queue(_HandleBase):
         deadline = None if timeout is None else time.monotonic() + timeout
         hard = None if deadline is None else deadline + GET_MARGIN  # every reply this call reads comes by then
         woken = False  # a wait of this call took a wake-up token from the shared list
+        packed = self._get_packed  # None: the arguments change (a test clock), packed per call
         while True:
             if state.shutting_down:
                 raise ShutDown
-            reply = state.on_get(self._call_by(hard, "get", state.get_args()))
-            if reply.key is not None:
+            reply = state.on_get(self._call_by(hard, "get", state.get_args() if packed is None else [], packed))
+            if isinstance(reply, str):  # a key handed out
                 self._ensure_heartbeat()
-                return reply.key
+                return reply
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if woken:
@@ -440,10 +456,11 @@ class Queue(_HandleBase):
         (the script ran entirely or not at all; the key stays held: call ``done`` again, which raises ``LeaseLost``,
         changing nothing, if the first one did finish it). Works after shutdown (what a drain waits for)."""
         state = self._state
-        lease = state.begin_done(key)
-        if lease is None:
+        begun = state.begin_done(key)
+        if begun is None:
             return False
-        if state.known_lost(key, lease):
+        lease, lost = begun
+        if lost:
             reply: Any = -1
         else:
             try:
@@ -451,13 +468,7 @@ class Queue(_HandleBase):
             except RedisQueueError:
                 state.abort_done(key, lease)
                 raise
-        try:
-            requeued = state.end_done(key, lease, reply)
-        finally:
-            with state.lock:
-                if not state.held:
-                    self._idle.notify_all()
-        return requeued
+        return state.end_done(key, lease, reply, self._idle.notify_all)  # wakes a drain once nothing is held
 
     def fencing_token(self, key: str) -> int:
         """The token of this handle's lease on ``key``: larger than every token handed out before it in this
