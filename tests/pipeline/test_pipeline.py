@@ -90,6 +90,18 @@ def test_every_name_is_reconciled_after_its_last_trigger(pipelines: Callable[...
         assert stages["handoff_runqueue"].n == idle
         slices = p.handoff_slices()
         assert slices["n"] == idle and slices["p95"] >= 1  # a worker blocked in get is put on a core to return
+    # Every add that queued a key is either one a worker was free for or one that waited behind others.
+    queued = stages["enqueue_to_get"].n
+    assert queued > 0 and stages["enqueue_to_get_free"].n + stages["enqueue_to_get_busy"].n == queued
+    assert stages["worker_busy"].n >= v.reconciles - 4  # a worker's first get has no busy time before it
+    assert stages["worker_busy"].p50 >= 0.001  # it holds a key at least for the reconcile's sleep
+    # The same adds replayed on instant workers (keyqueue.lab.replay), for the configured reconcile and for the
+    # busy times measured.
+    bound = p.replay_bound()
+    assert set(bound) == {"reconcile", "measured"}
+    assert bound["reconcile"].n > 0 and 0 <= bound["reconcile"].above <= bound["reconcile"].n
+    report = p.report()
+    assert "replay, instant hand-offs, exact reconcile" in report and "no worker free" in report
 
 
 def test_http_endpoints(pipelines: Callable[..., Pipeline]) -> None:
@@ -169,6 +181,31 @@ def test_adds_collapse_while_a_worker_holds_the_key(pipelines: Callable[..., Pip
     assert calls == ["default/hot", "default/hot"]  # 4 triggers, 2 reconciles
     assert queue.stats().redelivered == 1
     assert p.verify().ok
+
+
+def test_an_add_with_no_worker_free_is_told_apart(pipelines: Callable[..., Pipeline]) -> None:
+    """The stage table's split of enqueue → Get: a key added while the only worker holds another key waits for that
+    reconcile ("no worker free"); the first key found the worker free."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_first(key: str, obj: Any) -> None:
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(WAIT)
+
+    p = pipelines(workers=1, reconcile_hook=hold_first)
+    p.trigger("first")
+    assert entered.wait(WAIT)  # the only worker now holds default/first
+    p.trigger("second")
+    assert p.queue is not None
+    queue = p.queue
+    wait_until(lambda: len(queue) == 1, "default/second waiting in the queue")
+    release.set()
+    assert p.wait_reconciled(WAIT)
+    stages = p.stages()
+    assert stages["enqueue_to_get"].n == 2
+    assert stages["enqueue_to_get_free"].n == 1 and stages["enqueue_to_get_busy"].n == 1
+    assert set(p.replay_bound()) == {"measured"}  # a custom reconcile: no configured duration to replay
 
 
 def test_adds_collapse_when_triggers_outpace_slow_workers(pipelines: Callable[..., Pipeline]) -> None:
