@@ -17,7 +17,10 @@ Every stage is timed inside this process with ``time.perf_counter_ns``:
   informer calls the handler for the event with that resourceVersion. The watch event and the write's answer
   travel separately, so the event can arrive first: such samples are negative and are counted;
 * **queue add / done**: the calls themselves; **enqueue → worker Get**: from the informer handler's ``add`` to a
-  worker's ``get`` returning that key (also split out for adds made while a worker was idle);
+  worker's ``get`` returning that key, also split out for adds made while fewer reconciles ran than there are workers
+  ("idle"), and into adds that a worker was free for (more idle workers than keys already waiting: the wait is the
+  hand-off, split up by :mod:`keyqueue.lab.handoff`) and the others, which wait for a reconcile to end; the same
+  adds replayed on instant workers (:mod:`keyqueue.lab.replay`) give the part of that wait the bursts set;
 * **reconcile**: the worker's work.
 
 Correctness is checked as well: per name, the resourceVersion of the last trigger against the resourceVersion a
@@ -420,8 +423,8 @@ class Pipeline:
         self._samples = _Samples()
         self._write_done: dict[tuple[str, int], int] = {}  # (key, rv) → ns the write's answer came (no event yet)
         self._event_seen: dict[tuple[str, int], int] = {}  # (key, rv) → ns the handler ran (no write answer yet)
-        # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when idle, a worker
-        # free for it: more idle workers than keys already waiting)
+        # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when a worker was free
+        # for it, a worker free for it: more idle workers than keys already waiting)
         self._pending_get: dict[str, tuple[int, bool, tuple[int, int, int] | None, bool]] = {}
         self.probe = HandoffProbe()
         self._last_trigger_rv: dict[str, int] = {}
@@ -782,7 +785,7 @@ class Pipeline:
             if mine:
                 idle = self._active < self.config.workers
                 free = self.config.workers - self._active > waiting
-                self._pending_get[key] = (t_handler, idle, self.probe.cpu() if idle else None, free)
+                self._pending_get[key] = (t_handler, idle, self.probe.cpu() if free else None, free)
         t_add = time.perf_counter_ns()
         result = queue.add(key)
         t_added = time.perf_counter_ns()
@@ -827,12 +830,15 @@ class Pipeline:
             if pending is not None:
                 waited = t_get - pending[0]
                 self._samples.enqueue_to_get.append(waited)
-                (self._samples.enqueue_to_get_free if pending[3] else self._samples.enqueue_to_get_busy).append(waited)
                 if pending[1]:
                     self._samples.enqueue_to_get_idle.append(waited)
+                if pending[3]:
+                    self._samples.enqueue_to_get_free.append(waited)
                     if pending[2] is not None and handoff is not None:
                         sched0, sched1, cpu1 = handoff
                         self._samples.handoff.append(HandoffSample.of(waited, pending[2], cpu1, sched0, sched1))
+                else:
+                    self._samples.enqueue_to_get_busy.append(waited)
         try:
             after = f" {format_duration(waited / 1e9)} after that" if pending is not None else ""
             self._log("[WORKER]", f"[WORKER-{wid}] key={key} Get seq={seq}{after}")
@@ -937,7 +943,7 @@ class Pipeline:
         return out
 
     def handoff_slices(self) -> dict[str, float]:
-        """How often the scheduler put an idle worker on a core during the ``get`` that an add woke it from
+        """How often the scheduler put a worker free for the key on a core during the ``get`` an add woke it from
         (:class:`~keyqueue.lab.handoff.HandoffSample`): ``n`` samples, ``mean``, ``once`` (share woken once: it got
         the GIL at its first try), ``p50``, ``p95``. Empty without the kernel's counters."""
         with self._lock:
@@ -1064,20 +1070,20 @@ class Pipeline:
             ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update"),
             ("queue add (call)", st["queue_add"], ""),
             ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key"),
+            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "fewer reconciles running than workers"),
             ("  … a worker free for it at the add", st["enqueue_to_get_free"],
-             f"{share(st['enqueue_to_get_free'])}: more idle workers than keys already waiting"),
-            ("  … no worker free: waits for a reconcile", st["enqueue_to_get_busy"],
-             f"{share(st['enqueue_to_get_busy'])}: every idle worker had a key waiting already"),
-            *((f"  replay, instant hand-offs, {label}", bound[name], f"the same adds; {over(bound[name])}")
-              for name, label in (("reconcile", "exact reconcile"), ("measured", "measured busy"))
-              if name in bound),
-            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "split up below (means add up)"),
+             f"{share(st['enqueue_to_get_free'])}: more idle workers than keys waiting; split up below (means add up)"),
             ("    trigger loop thread on a core meanwhile", st["handoff_loop"], mean(st["handoff_loop"])),
             ("    informer thread on a core meanwhile", st["handoff_informer"], mean(st["handoff_informer"])),
             ("    other threads here (the worker too)", st["handoff_others"], mean(st["handoff_others"])),
             ("    no thread of this process on a core", st["handoff_idle"], mean(st["handoff_idle"]) +
              " (kernel wake-up, other processes)"),
             ("    worker runnable, waiting for a core", st["handoff_runqueue"], mean(st["handoff_runqueue"])),
+            ("  … no worker free: waits for a reconcile", st["enqueue_to_get_busy"],
+             f"{share(st['enqueue_to_get_busy'])}: every idle worker had a key waiting already"),
+            *((f"  replay, instant hand-offs, {label}", bound[name], f"the same adds; {over(bound[name])}")
+              for name, label in (("reconcile", "exact reconcile"), ("measured", "measured busy"))
+              if name in bound),
             ("queue done (call)", st["queue_done"], ""),
             ("worker busy per key (get → next get)", st["worker_busy"], "the reconcile and the worker's turnaround"),
             ("reconcile", st["reconcile"],
