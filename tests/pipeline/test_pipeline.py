@@ -383,6 +383,22 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
+def test_the_api_server_child_has_its_own_process_group_in_this_session(pipelines: Callable[..., Pipeline]) -> None:
+    """A terminal's Ctrl-C (sent to the foreground process group) does not reach the child, which stop() ends after
+    the informer; and the child stays in this session, so that on Linux it shares the pipeline's scheduling
+    autogroup (issue 18: in a session of its own, a woken worker waited for the API server's time slices)."""
+    p = pipelines(apiserver_process=True)
+    child = p.process_ids()["apiserver"]
+    assert child != os.getpid()
+    assert os.getpgid(child) == child != os.getpgid(0)  # a process group of its own
+    assert os.getsid(child) == os.getsid(0)  # in this session
+    autogroup = Path(f"/proc/{child}/autogroup")
+    if autogroup.exists():  # Linux with CONFIG_SCHED_AUTOGROUP
+        assert autogroup.read_text().split()[0] == Path("/proc/self/autogroup").read_text().split()[0]
+    assert p.trigger("in-a-group")["action"] == "created"
+
+
 def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
     import signal
 
