@@ -297,6 +297,8 @@ def test_cli_run_with_built_in_load(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert data["load"]["requests"] == 30 and data["load"]["errors"] == 0
     assert data["verification"]["ok"] and data["verification"]["names"] == 4
     assert data["stages"]["api_write"]["n"] == 30 and data["queue_microbench"]["cycle"] > 0
+    assert set(data["replay_bound"]) == {"reconcile", "measured"} and data["replay_bound"]["reconcile"]["n"] > 0
+    assert "replay, instant hand-offs, exact reconcile" in text
 
 
 def test_load_cli_against_the_pipeline(pipelines: Callable[..., Pipeline], tmp_path: Path,

@@ -160,7 +160,7 @@ class _Samples:
     enqueue_to_get_free: list[int] = field(default_factory=list)  # more idle workers than keys waiting at the add
     enqueue_to_get_busy: list[int] = field(default_factory=list)  # the others: they wait for a reconcile to end
     arrivals: list[tuple[int, str]] = field(default_factory=list)  # (ns, key) of every add (for replay_bound)
-    handoff: list[HandoffSample] = field(default_factory=list)  # the idle-worker gaps, split up
+    handoff: list[HandoffSample] = field(default_factory=list)  # the gaps of adds a worker was free for, split up
     reconcile: list[int] = field(default_factory=list)
 
 
@@ -559,7 +559,7 @@ class Pipeline:
                                                # scheduling group: in a session of its own it was a group as
                                                # large as this whole process, and a worker woken by an add waited
                                                # for the API server's time slices instead of preempting its
-                                               # threads (issue 18: enqueue → Get at concurrency 10 ~1.5-3x).
+                                               # threads (issue 18: that doubled enqueue → Get at concurrency 10).
                                                process_group=0)
         lines: list[str] = []
         ready = threading.Event()
@@ -998,7 +998,6 @@ class Pipeline:
             "workers": self.config.workers,
             "reconcile_s": self.config.reconcile,
             "stages": {k: asdict(st) for k, st in self.stages().items()},
-            "replay_bound": {k: asdict(st) for k, st in self.replay_bound().items()},
             "verification": {**asdict(v), "ok": v.ok},
             "trigger_errors": self._trigger_errors,
             "reconcile_failures": self._reconcile_failures,
@@ -1247,6 +1246,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         if not settled:
             print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
+        summary["replay_bound"] = {k: asdict(st) for k, st in pipeline.replay_bound().items()}
         summary["queue_microbench"] = micro
         summary["load"] = load.summary() if load is not None else None
         write_json(args.json, summary)
