@@ -1,7 +1,7 @@
 """Where the milliseconds live: POST /trigger → API server → etcd → watch → informer → queue → worker.
 
     python benchmarks/bench_pipeline.py [--smoke] [--requests N] [--concurrency C] [--backend etcd|memory]
-                                        [--modes process,inprocess] [--no-floor] [--json PATH]
+                                        [--modes process,inprocess] [--no-floor] [--pin] [--json PATH]
 
 For each mode (the test API server in a child process, as a real cluster's would be, and/or in threads of the
 pipeline's own process), one :class:`keyqueue.lab.pipeline.Pipeline` is started (etcd with fsync on, 4 workers,
@@ -19,13 +19,20 @@ Issue 18: enqueue → worker Get median ≤ 300 µs at concurrency 10 (all adds 
 concurrency 1 too). Reported, never asserted: a MISS is a finding; the CPU time per trigger of each process (load
 generator, the pipeline with its trigger server, the API server, etcd) and of the pipeline's own threads (trigger
 loop, informer, workers, other) shows where the next step is, and the stage table splits each idle worker's add →
-get gap into who was on a core meanwhile (:mod:`keyqueue.lab.handoff`). The machine's load average is printed
-before and after, since the targets are absolute figures.
+get gap into who was on a core meanwhile (:mod:`keyqueue.lab.handoff`). The adds that queued a key are split into
+those a worker was free for and those that waited for a reconcile to end, and the same adds are replayed on instant
+workers (:mod:`keyqueue.lab.replay`: how many would wait > 300 µs even then, the part the load's bursts set). The
+machine's load average is printed before and after, since the targets are absolute figures.
+
+``--pin`` measures a bound, it is not a setting to win a row with: the pipeline process's threads get CPU 1 to
+themselves and its children (the API server, etcd, the load generator) share CPU 0, the same two cores split so
+that the pipeline never waits for a core behind them (other work on the machine still can).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import platform
@@ -129,16 +136,40 @@ def run_phase(p: Pipeline, requests: int, concurrency: int, keys: int) -> dict[s
         "thread_cpu_per_trigger_s": {k: (v - threads_before.get(k, 0)) / 1e9 / max(1, load.requests)
                                      for k, v in threads_after.items()},
         "handoff_slices": p.handoff_slices(),
+        "replay_bound": {k: vars(v) for k, v in p.replay_bound().items()},
         "verification": {**vars(p.verify()), "ok": p.verify().ok},
         "report": p.report(),
     }
+
+
+def _pin_pipeline_threads(cpu: int) -> None:
+    """``--pin``: every thread of this process but the calling one (the main thread, which only waits for the load
+    generator) to ``cpu``. The children (API server, etcd, load generator) keep the main thread's CPU."""
+    me = threading.get_native_id()
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != me:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), {cpu})
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     cfg = PipelineConfig(backend=args.backend, workers=args.workers, reconcile=args.reconcile, log_lines=0,
                          stats_interval=0, apiserver_process=(mode == "process"),
                          switch_interval=args.switch_interval)
+    saved = os.sched_getaffinity(0) if args.pin else None
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # this thread: every thread and child started from here inherits CPU 0
+    try:
+        return _run_mode(mode, cfg, args)
+    finally:
+        if saved is not None:
+            os.sched_setaffinity(0, saved)
+
+
+def _run_mode(mode: str, cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, Any]:
     with Pipeline(cfg, out=sys.stderr) as p:
+        if args.pin:
+            _pin_pipeline_threads(1)
         run_load_subprocess(p.url, args.warmup, min(4, args.concurrency), args.keys)  # warm-up, not measured
         assert p.wait_reconciled(30.0)
         phases = []
@@ -163,6 +194,14 @@ def print_mode(result: dict[str, Any]) -> None:
         print(f"CPU per trigger: {cpu}")
         threads = ", ".join(f"{k} {v * 1e6:,.0f}µs" for k, v in sorted(phase["thread_cpu_per_trigger_s"].items()))
         print(f"CPU per trigger in the pipeline's threads: {threads}")
+        stages, all_adds = phase["stages"], phase["stages"]["enqueue_to_get"]["n"]
+        if all_adds:
+            free, busy = stages["enqueue_to_get_free"], stages["enqueue_to_get_busy"]
+            bound = phase["replay_bound"]
+            replayed = ", ".join(f"{name} {b['above'] / b['n']:.0%}" for name, b in bound.items() if b["n"])
+            print(f"enqueue → Get: {free['n'] / all_adds:.0%} of the adds found a worker free (median "
+                  f"{_fmt(free['p50'])}), {busy['n'] / all_adds:.0%} waited for a reconcile (median "
+                  f"{_fmt(busy['p50'])}); the same adds on instant workers wait > 300µs: {replayed or '-'}")
         if phase["concurrency"] > 1:
             rate = load["rps"]
             print(f"  target {'triggers/s (issue 14, load generator)':<44} {rate:>9,.0f} (≥ {RATE_TARGET:,.0f})  "
@@ -286,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the concurrency-1 run that shows the latency floor")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="GIL switch interval of the pipeline process in seconds (default: Python's 0.005)")
+    parser.add_argument("--pin", action="store_true",
+                        help="a measurement of the bound, not a setting: the pipeline process's threads on CPU 1, the "
+                             "API server, etcd and the load generator on CPU 0 (Linux, 2 CPUs or more, --modes "
+                             "process only)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -300,8 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     for m in modes:
         if m not in ("process", "inprocess"):
             parser.error(f"unknown mode {m!r}")
+    if args.pin and (modes != ["process"] or not hasattr(os, "sched_setaffinity") or
+                     not {0, 1} <= os.sched_getaffinity(0)):
+        parser.error("--pin needs --modes process and CPUs 0 and 1 (Linux)")
     print(f"pipeline benchmark: backend={args.backend} workers={args.workers} reconcile={args.reconcile * 1e3:g}ms "
-          f"keys={args.keys} switch-interval={args.switch_interval or sys.getswitchinterval()}s | "
+          f"keys={args.keys} switch-interval={args.switch_interval or sys.getswitchinterval()}s"
+          f"{' pinned: pipeline on CPU 1, the other processes on CPU 0' if args.pin else ''} | "
           f"{platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f}")
     results = [run_mode(m, args) for m in modes]

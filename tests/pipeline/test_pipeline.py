@@ -82,14 +82,26 @@ def test_every_name_is_reconciled_after_its_last_trigger(pipelines: Callable[...
     assert stages["reconcile"].n == v.reconciles
     stats = p.queue.stats() if p.queue is not None else None
     assert stats is not None and stats.adds == 120  # one add per watch event
-    # Every gap of an idle worker is split up by the hand-off probe (keyqueue.lab.handoff).
-    idle = stages["enqueue_to_get_idle"].n
-    assert idle > 0 and stages["handoff_others"].n == idle and stages["handoff_idle"].n == idle
-    assert stages["handoff_loop"].n == idle and stages["handoff_informer"].n == idle
+    # Every add that queued a key is either one a worker was free for or one that waited behind others.
+    queued, free = stages["enqueue_to_get"].n, stages["enqueue_to_get_free"].n
+    assert queued > 0 and free > 0 and free + stages["enqueue_to_get_busy"].n == queued
+    assert free <= stages["enqueue_to_get_idle"].n <= queued  # a worker free for the key is an idle one
+    # Every gap of a worker free for the key is split up by the hand-off probe (keyqueue.lab.handoff).
+    assert stages["handoff_others"].n == free and stages["handoff_idle"].n == free
+    assert stages["handoff_loop"].n == free and stages["handoff_informer"].n == free
     if p.probe.linux:
-        assert stages["handoff_runqueue"].n == idle
+        assert stages["handoff_runqueue"].n == free
         slices = p.handoff_slices()
-        assert slices["n"] == idle and slices["p95"] >= 1  # a worker blocked in get is put on a core to return
+        assert slices["n"] == free and slices["p95"] >= 1  # a worker blocked in get is put on a core to return
+    assert stages["worker_busy"].n >= v.reconciles - 4  # a worker's first get has no busy time before it
+    assert stages["worker_busy"].p50 >= 0.001  # it holds a key at least for the reconcile's sleep
+    # The same adds replayed on instant workers (keyqueue.lab.replay), for the configured reconcile and for the
+    # busy times measured.
+    bound = p.replay_bound()
+    assert set(bound) == {"reconcile", "measured"}
+    assert bound["reconcile"].n > 0 and 0 <= bound["reconcile"].above <= bound["reconcile"].n
+    report = p.report()
+    assert "replay, instant hand-offs, exact reconcile" in report and "no worker free" in report
 
 
 def test_http_endpoints(pipelines: Callable[..., Pipeline]) -> None:
@@ -169,6 +181,31 @@ def test_adds_collapse_while_a_worker_holds_the_key(pipelines: Callable[..., Pip
     assert calls == ["default/hot", "default/hot"]  # 4 triggers, 2 reconciles
     assert queue.stats().redelivered == 1
     assert p.verify().ok
+
+
+def test_an_add_with_no_worker_free_is_told_apart(pipelines: Callable[..., Pipeline]) -> None:
+    """The stage table's split of enqueue → Get: a key added while the only worker holds another key waits for that
+    reconcile ("no worker free"); the first key found the worker free."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_first(key: str, obj: Any) -> None:
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(WAIT)
+
+    p = pipelines(workers=1, reconcile_hook=hold_first)
+    p.trigger("first")
+    assert entered.wait(WAIT)  # the only worker now holds default/first
+    p.trigger("second")
+    assert p.queue is not None
+    queue = p.queue
+    wait_until(lambda: len(queue) == 1, "default/second waiting in the queue")
+    release.set()
+    assert p.wait_reconciled(WAIT)
+    stages = p.stages()
+    assert stages["enqueue_to_get"].n == 2
+    assert stages["enqueue_to_get_free"].n == 1 and stages["enqueue_to_get_busy"].n == 1
+    assert set(p.replay_bound()) == {"measured"}  # a custom reconcile: no configured duration to replay
 
 
 def test_adds_collapse_when_triggers_outpace_slow_workers(pipelines: Callable[..., Pipeline]) -> None:
@@ -260,6 +297,8 @@ def test_cli_run_with_built_in_load(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert data["load"]["requests"] == 30 and data["load"]["errors"] == 0
     assert data["verification"]["ok"] and data["verification"]["names"] == 4
     assert data["stages"]["api_write"]["n"] == 30 and data["queue_microbench"]["cycle"] > 0
+    assert set(data["replay_bound"]) == {"reconcile", "measured"} and data["replay_bound"]["reconcile"]["n"] > 0
+    assert "replay, instant hand-offs, exact reconcile" in text
 
 
 def test_load_cli_against_the_pipeline(pipelines: Callable[..., Pipeline], tmp_path: Path,
@@ -346,6 +385,22 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
+def test_the_api_server_child_has_its_own_process_group_in_this_session(pipelines: Callable[..., Pipeline]) -> None:
+    """A terminal's Ctrl-C (sent to the foreground process group) does not reach the child, which stop() ends after
+    the informer; and the child stays in this session, so that on Linux it shares the pipeline's scheduling
+    autogroup (issue 18: in a session of its own, a woken worker waited for the API server's time slices)."""
+    p = pipelines(apiserver_process=True)
+    child = p.process_ids()["apiserver"]
+    assert child != os.getpid()
+    assert os.getpgid(child) == child != os.getpgid(0)  # a process group of its own
+    assert os.getsid(child) == os.getsid(0)  # in this session
+    autogroup = Path(f"/proc/{child}/autogroup")
+    if autogroup.exists():  # Linux with CONFIG_SCHED_AUTOGROUP
+        assert autogroup.read_text().split()[0] == Path("/proc/self/autogroup").read_text().split()[0]
+    assert p.trigger("in-a-group")["action"] == "created"
+
+
 def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
     import signal
 

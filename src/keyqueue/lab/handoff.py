@@ -1,8 +1,9 @@
 """Where a woken worker's wait goes: which threads ran while it waited, and how often the scheduler ran it.
 
 The pipeline (:mod:`keyqueue.lab.pipeline`) times each key from the informer handler's ``add`` to a worker's
-``get`` returning it. For an add that finds a worker idle (blocked in ``get``), that gap is the time the add's
-wake-up (``Condition.notify``) takes to become the worker's next bytecode. In CPython it has three parts: the
+``get`` returning it. For an add that finds a worker free for it (blocked in ``get``, with no earlier key already
+waiting for it), that gap is the time the add's wake-up (``Condition.notify``) takes to become the worker's next
+bytecode. In CPython it has three parts: the
 kernel waking the worker thread, the worker waiting for the GIL while other threads of the process run Python
 code, and the worker waiting for a free core while other processes have both. :class:`HandoffProbe` tells them
 apart without tracing, from clocks the kernel keeps anyway:
@@ -40,7 +41,8 @@ SchedSnapshot = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class HandoffSample:
-    """One add → ``get`` gap of an idle worker, split up (ns; ``slices`` is a count, -1 when unknown)."""
+    """One add → ``get`` gap of a worker that was free for the key, split up (ns; ``slices`` is a count, -1 when
+    unknown)."""
 
     gap: int  #: from the add to ``get`` returning the key in the worker
     loop: int  #: the trigger server's loop thread was on a core for this long meanwhile (-1: unknown)

@@ -17,7 +17,10 @@ Every stage is timed inside this process with ``time.perf_counter_ns``:
   informer calls the handler for the event with that resourceVersion. The watch event and the write's answer
   travel separately, so the event can arrive first: such samples are negative and are counted;
 * **queue add / done**: the calls themselves; **enqueue → worker Get**: from the informer handler's ``add`` to a
-  worker's ``get`` returning that key (also split out for adds made while a worker was idle);
+  worker's ``get`` returning that key, also split out for adds made while fewer reconciles ran than there are workers
+  ("idle"), and into adds that a worker was free for (more idle workers than keys already waiting: the wait is the
+  hand-off, split up by :mod:`keyqueue.lab.handoff`) and the others, which wait for a reconcile to end; the same
+  adds replayed on instant workers (:mod:`keyqueue.lab.replay`) give the part of that wait the bursts set;
 * **reconcile**: the worker's work.
 
 Correctness is checked as well: per name, the resourceVersion of the last trigger against the resourceVersion a
@@ -75,6 +78,8 @@ __all__ = [
 ]
 
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+#: Issue 18's goal for the enqueue → worker Get median (ns): the replay rows count the adds that wait longer.
+ENQUEUE_TO_GET_GOAL_NS: Final = 300_000
 _MAX_UNMATCHED: Final = 50_000  # bound on bookkeeping of write/event pairs that never meet (foreign writes)
 
 
@@ -114,15 +119,17 @@ class StageStats:
     max: float
     mean: float
     negative: int = 0  #: samples below zero (write → event: the event arrived before the write's answer)
+    above: int = 0  #: samples above the ``above_ns`` given to :meth:`of` (0 when none was given)
 
     @classmethod
-    def of(cls, samples_ns: list[int]) -> StageStats:
+    def of(cls, samples_ns: list[int], above_ns: int | None = None) -> StageStats:
         values = sorted(samples_ns)
         if not values:
             return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
         secs = [v / 1e9 for v in values]
+        above = 0 if above_ns is None else sum(1 for v in values if v > above_ns)
         return cls(len(secs), percentile(secs, 50), percentile(secs, 95), percentile(secs, 99), secs[-1],
-                   sum(secs) / len(secs), sum(1 for v in values if v < 0))
+                   sum(secs) / len(secs), sum(1 for v in values if v < 0), above)
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,10 @@ class _Samples:
     add: list[int] = field(default_factory=list)
     enqueue_to_get: list[int] = field(default_factory=list)
     enqueue_to_get_idle: list[int] = field(default_factory=list)
-    handoff: list[HandoffSample] = field(default_factory=list)  # the idle-worker gaps, split up
+    enqueue_to_get_free: list[int] = field(default_factory=list)  # more idle workers than keys waiting at the add
+    enqueue_to_get_busy: list[int] = field(default_factory=list)  # the others: they wait for a reconcile to end
+    arrivals: list[tuple[int, str]] = field(default_factory=list)  # (ns, key) of every add (for replay_bound)
+    handoff: list[HandoffSample] = field(default_factory=list)  # the gaps of adds a worker was free for, split up
     reconcile: list[int] = field(default_factory=list)
 
 
@@ -340,10 +350,12 @@ class _TriggerServer:
 
 
 class _TimedQueue(RateLimitingQueue[str]):
-    """The pipeline's queue: notes (per thread) when ``get`` returned and times each ``done`` call.
+    """The pipeline's queue: notes (per thread) when ``get`` returned, times each ``done`` call and how long a
+    worker held each key (from ``get`` returning to its next ``get`` call: the reconcile and the worker's own
+    turnaround).
 
     The controller's workers call ``get`` and ``done``; the reconcile function runs in between, in the same thread,
-    and reads the stamp. Two ``perf_counter_ns`` calls are all this adds, plus the :class:`HandoffProbe`'s reads
+    and reads the stamp. Three ``perf_counter_ns`` calls are all this adds, plus the :class:`HandoffProbe`'s reads
     (the worker's scheduler counters before and after ``get``, the watched CPU clocks after it: ~5 µs, none of it
     between the add and the stamp).
     """
@@ -353,12 +365,17 @@ class _TimedQueue(RateLimitingQueue[str]):
         self.local = threading.local()
         self.probe = probe
         self.done_ns: list[int] = []  # list.append is atomic: no lock needed
+        self.busy_ns: list[int] = []
 
     def get(self, timeout: float | None = None) -> str:
+        local = self.local
+        t_get = getattr(local, "t_get", 0)
+        if t_get:
+            local.t_get = 0
+            self.busy_ns.append(time.perf_counter_ns() - t_get)
         probe = self.probe
         sched0 = probe.sched()
         key = super().get(timeout)
-        local = self.local
         local.t_get = time.perf_counter_ns()
         local.handoff = (sched0, probe.sched(), probe.cpu())
         return key
@@ -406,8 +423,9 @@ class Pipeline:
         self._samples = _Samples()
         self._write_done: dict[tuple[str, int], int] = {}  # (key, rv) → ns the write's answer came (no event yet)
         self._event_seen: dict[tuple[str, int], int] = {}  # (key, rv) → ns the handler ran (no write answer yet)
-        # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when idle)
-        self._pending_get: dict[str, tuple[int, bool, tuple[int, int, int] | None]] = {}
+        # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when a worker was free
+        # for it, a worker free for it: more idle workers than keys already waiting)
+        self._pending_get: dict[str, tuple[int, bool, tuple[int, int, int] | None, bool]] = {}
         self.probe = HandoffProbe()
         self._last_trigger_rv: dict[str, int] = {}
         self._reconciled_rv: dict[str, int] = {}
@@ -535,9 +553,14 @@ class Pipeline:
         self._child = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True, preexec_fn=preexec,
                                                # A terminal's Ctrl-C goes to the foreground process group: in a
-                                               # session of its own the child is stopped by stop(), after the
-                                               # informer, never under the informer's open watch.
-                                               start_new_session=True)
+                                               # process group of its own the child is stopped by stop(), after
+                                               # the informer, never under the informer's open watch. It stays in
+                                               # this process's session, i.e. (Linux, sched_autogroup) in its
+                                               # scheduling group: in a session of its own it was a group as
+                                               # large as this whole process, and a worker woken by an add waited
+                                               # for the API server's time slices instead of preempting its
+                                               # threads (issue 18: that doubled enqueue → Get at concurrency 10).
+                                               process_group=0)
         lines: list[str] = []
         ready = threading.Event()
 
@@ -749,8 +772,10 @@ class Pipeline:
         else:
             rv = 0
         delta: int | None = None
+        waiting = len(queue)  # keys ready, not yet taken (outside self._lock: the queue's lock is not nested in it)
         with self._lock:
             self._events += 1
+            self._samples.arrivals.append((t_handler, key))
             if received and kind in ("ADDED", "MODIFIED"):
                 self._samples.chunk_to_handler.append(t_handler - received)
                 written = self._write_done.pop((key, rv), None)
@@ -764,7 +789,8 @@ class Pipeline:
             mine = key not in self._pending_get
             if mine:
                 idle = self._active < self.config.workers
-                self._pending_get[key] = (t_handler, idle, self.probe.cpu() if idle else None)
+                free = self.config.workers - self._active > waiting
+                self._pending_get[key] = (t_handler, idle, self.probe.cpu() if free else None, free)
         t_add = time.perf_counter_ns()
         result = queue.add(key)
         t_added = time.perf_counter_ns()
@@ -811,9 +837,13 @@ class Pipeline:
                 self._samples.enqueue_to_get.append(waited)
                 if pending[1]:
                     self._samples.enqueue_to_get_idle.append(waited)
+                if pending[3]:
+                    self._samples.enqueue_to_get_free.append(waited)
                     if pending[2] is not None and handoff is not None:
                         sched0, sched1, cpu1 = handoff
                         self._samples.handoff.append(HandoffSample.of(waited, pending[2], cpu1, sched0, sched1))
+                else:
+                    self._samples.enqueue_to_get_busy.append(waited)
         try:
             after = f" {format_duration(waited / 1e9)} after that" if pending is not None else ""
             self._log("[WORKER]", f"[WORKER-{wid}] key={key} Get seq={seq}{after}")
@@ -881,6 +911,7 @@ class Pipeline:
             self._samples = _Samples()
             if self.queue is not None:
                 self.queue.done_ns = []
+                self.queue.busy_ns = []
 
     def process_ids(self) -> dict[str, int]:
         """PIDs of the processes on the path: ``pipeline`` (this one), ``apiserver`` (this one unless
@@ -906,7 +937,9 @@ class Pipeline:
             lists = {"api_write": s.api, "trigger_handler": s.handler, "write_to_informer": s.write_to_event,
                      "watch_chunk_to_handler": s.chunk_to_handler, "queue_add": s.add,
                      "enqueue_to_get": s.enqueue_to_get, "enqueue_to_get_idle": s.enqueue_to_get_idle,
-                     "queue_done": done, "reconcile": s.reconcile}
+                     "enqueue_to_get_free": s.enqueue_to_get_free, "enqueue_to_get_busy": s.enqueue_to_get_busy,
+                     "queue_done": done, "reconcile": s.reconcile,
+                     "worker_busy": self.queue.busy_ns if self.queue is not None else []}
         out = {name: StageStats.of(values[-recent:] if recent > 0 else values) for name, values in lists.items()}
         for part in ("loop", "informer", "runqueue"):  # -1: not known for that sample
             out[f"handoff_{part}"] = StageStats.of([v for h in handoff if (v := getattr(h, part)) != -1])
@@ -915,7 +948,7 @@ class Pipeline:
         return out
 
     def handoff_slices(self) -> dict[str, float]:
-        """How often the scheduler put an idle worker on a core during the ``get`` that an add woke it from
+        """How often the scheduler put a worker free for the key on a core during the ``get`` an add woke it from
         (:class:`~keyqueue.lab.handoff.HandoffSample`): ``n`` samples, ``mean``, ``once`` (share woken once: it got
         the GIL at its first try), ``p50``, ``p95``. Empty without the kernel's counters."""
         with self._lock:
@@ -925,6 +958,28 @@ class Pipeline:
         return {"n": len(counts), "mean": sum(counts) / len(counts), "once": sum(1 for c in counts if c <= 1) /
                 len(counts), "p50": float(counts[len(counts) // 2]),
                 "p95": float(counts[min(len(counts) - 1, int(0.95 * len(counts)))])}
+
+    def replay_bound(self, limit: int = 100_000) -> dict[str, StageStats]:
+        """The adds of this run (its last ``limit``) replayed on instant workers (:func:`keyqueue.lab.replay.replay`,
+        the part of enqueue → ``Get`` that the arrivals' bursts set): the waits of the adds that queued a key, with
+        ``workers`` workers that take a ready key at once and hold it for exactly the configured reconcile
+        (``"reconcile"``; left out with a custom reconcile function) and for the busy times measured in this run, in
+        turn (``"measured"``: the reconcile and the worker's own turnaround). Empty before any add."""
+        from keyqueue.lab.replay import replay
+
+        with self._lock:
+            arrivals = self._samples.arrivals[-limit:]
+        busy = list(self.queue.busy_ns) if self.queue is not None else []
+        if not arrivals:
+            return {}
+        workers = self.config.workers
+        out: dict[str, StageStats] = {}
+        if self._reconcile_hook is None:
+            out["reconcile"] = StageStats.of(replay(arrivals, workers, round(self.config.reconcile * 1e9)),
+                                             ENQUEUE_TO_GET_GOAL_NS)
+        if busy:
+            out["measured"] = StageStats.of(replay(arrivals, workers, busy), ENQUEUE_TO_GET_GOAL_NS)
+        return out
 
     def counters(self) -> tuple[int, int, int]:
         """(triggers handled, informer events, reconciles) so far."""
@@ -1002,6 +1057,15 @@ class Pipeline:
         def mean(s: StageStats) -> str:
             return f"mean {f(s.mean)}"
 
+        bound = self.replay_bound()
+        all_adds = st["enqueue_to_get"].n
+
+        def share(s: StageStats) -> str:
+            return f"{s.n / all_adds:.0%}" if all_adds else "-"
+
+        def over(s: StageStats) -> str:
+            return f"{s.above / s.n:.0%} wait > {f(ENQUEUE_TO_GET_GOAL_NS / 1e9)}" if s.n else ""
+
         rows: list[tuple[str, StageStats | None, str]] = [
             ("API write (/trigger → API server → answer)", st["api_write"], "client call in the trigger handler"),
             ("  /trigger handler, whole", st["trigger_handler"], ""),
@@ -1010,14 +1074,22 @@ class Pipeline:
             ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update"),
             ("queue add (call)", st["queue_add"], ""),
             ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key"),
-            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "split up below (means add up)"),
+            ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "fewer reconciles running than workers"),
+            ("  … a worker free for it at the add", st["enqueue_to_get_free"],
+             f"{share(st['enqueue_to_get_free'])}: more idle workers than keys waiting; split up below (means add up)"),
             ("    trigger loop thread on a core meanwhile", st["handoff_loop"], mean(st["handoff_loop"])),
             ("    informer thread on a core meanwhile", st["handoff_informer"], mean(st["handoff_informer"])),
             ("    other threads here (the worker too)", st["handoff_others"], mean(st["handoff_others"])),
             ("    no thread of this process on a core", st["handoff_idle"], mean(st["handoff_idle"]) +
              " (kernel wake-up, other processes)"),
             ("    worker runnable, waiting for a core", st["handoff_runqueue"], mean(st["handoff_runqueue"])),
+            ("  … no worker free: waits for a reconcile", st["enqueue_to_get_busy"],
+             f"{share(st['enqueue_to_get_busy'])}: every idle worker had a key waiting already"),
+            *((f"  replay, instant hand-offs, {label}", bound[name], f"the same adds; {over(bound[name])}")
+              for name, label in (("reconcile", "exact reconcile"), ("measured", "measured busy"))
+              if name in bound),
             ("queue done (call)", st["queue_done"], ""),
+            ("worker busy per key (get → next get)", st["worker_busy"], "the reconcile and the worker's turnaround"),
             ("reconcile", st["reconcile"],
              "simulated: sleep " + format_duration(self.config.reconcile) if self._reconcile_hook is None else
              "custom"),
@@ -1174,6 +1246,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         if not settled:
             print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
+        summary["replay_bound"] = {k: asdict(st) for k, st in pipeline.replay_bound().items()}
         summary["queue_microbench"] = micro
         summary["load"] = load.summary() if load is not None else None
         write_json(args.json, summary)
