@@ -241,7 +241,7 @@ def _metrics_row(stmt: str, setup: str, ledger: bool = True) -> Callable[[Contex
         if isinstance(provider, Skip):
             return provider
         q: Queue[str] = Queue(name="keyqueue_bench", metrics_provider=provider)
-        if not ledger:  # the A/B: the core calls the recorder's get/done methods, as before issue 18's ledger
+        if not ledger:  # the A/B: the core calls the recorder's add/get/done methods, as before issue 18's ledger
             q._core._ledger = None
         return time_inline(ctx, stmt, setup, {"q": q, "k": KEY})
     return run
