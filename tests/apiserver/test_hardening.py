@@ -351,13 +351,15 @@ def test_a_watcher_that_stops_reading_is_ended_and_a_reading_one_is_not(collect:
                          resource_version=str(s.backend.revision()), timeout_seconds=120)
         assert _wait_for(lambda: len(reg._watches) == 2)
         backend: Any = s.backend
+        assert sum(1 for w in list(backend._watches) if w.max_pending == 200) == 2  # the stuck one and the reader
         value = "x" * 4096
         writes = 5000
         for i in range(writes):
             reg.update(CONFIGMAPS, "default", "big", {"metadata": {"name": "big"}, "data": {"v": f"{i}{value}"}},
                        WriteOptions())
-            # no backend queue ever holds more than the buffer (+ the error that ends it)
-            assert all(w.queue.qsize() <= 201 for w in backend._watches)
+            # no backend queue ever holds more than its buffer (+ the error that ends it): the two clients' 200, the
+            # garbage collector's own watch the default (under load it may be well over 200 behind, legitimately)
+            assert all(w.queue.qsize() <= w.max_pending + 1 for w in list(backend._watches))
             if i % 100 == 99:  # pace the writer to the reading client (it parses 4 KiB per event in Python)
                 want = i + 1
                 got = 0
