@@ -1,12 +1,14 @@
 """The README's benchmark table, generated from ``python -m benchmarks --json`` reports (never typed by hand).
 
-    python -m benchmarks.readme_table pure.json [--compiled compiled.json] [--write README.md]
+    python -m benchmarks.readme_table pure.json [later.json ...] [--compiled compiled.json ...] [--write README.md]
 
 Prints a Markdown table with one line per row that has a target, plus the rows in :data:`ALSO` (informative rows
 the README discusses). Each line shows the row's median, the baseline it was measured against in the same run
 (with the ratio), the targets and their verdicts. With ``--compiled`` (a report from the mypyc build, see the
 README's "The compiled build") a second column and verdict show the same row on that build; a row the compiled
-report lacks shows "-". With ``--write`` the table, and a line naming the reports it came from, replace what
+report lacks shows "-". Several reports of one build may be given (e.g. a full run, then ``--only`` runs of rows
+whose code changed since): a row comes from the last report that has it, with that report's own baseline, and the
+line above the table says which rows came from which run. With ``--write`` the table and that line replace what
 stands between the markers :data:`BEGIN` and :data:`END` in that file (both must be there, once each).
 """
 
@@ -71,33 +73,67 @@ def _describe(report: Mapping[str, Any]) -> str:
             f"{m['cpu_count']} CPUs, {load}, timer {report['timer']})")
 
 
-def render(pure: Mapping[str, Any], compiled: Mapping[str, Any] | None = None) -> str:
-    """The Markdown table (with its source line) for ``pure`` and, if given, the ``compiled`` report."""
-    by_id = {r["id"]: r for r in pure["results"]}
-    other = {r["id"]: r for r in compiled["results"]} if compiled is not None else {}
+class _Build:
+    """The rows of one build, each from the last of ``reports`` that has it, with the report it came from."""
+
+    def __init__(self, reports: Sequence[Mapping[str, Any]]) -> None:
+        self.reports = list(reports)
+        self.rows: dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        self.order: list[str] = []
+        for report in self.reports:
+            for r in report["results"]:
+                if r["id"] not in self.rows:
+                    self.order.append(r["id"])
+                self.rows[r["id"]] = (r, report)
+
+    def get(self, rid: str) -> Mapping[str, Any] | None:
+        return self.rows[rid][0] if rid in self.rows else None
+
+    def baseline(self, r: Mapping[str, Any]) -> str:
+        report = self.rows[r["id"]][1]
+        return _baseline(r, {x["id"]: x for x in report["results"]})
+
+    def describe(self) -> str:
+        parts = []
+        for i, report in enumerate(self.reports):
+            text = _describe(report)
+            if len(self.reports) > 1:
+                mine = [rid for rid in self.order if self.rows[rid][1] is report]
+                text += " for " + (", ".join(mine) if i else "the other rows")
+            parts.append(text)
+        return "; ".join(parts)
+
+
+def render(pure: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+           compiled: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The Markdown table (with its source line) for the ``pure`` report(s) and, if given, the ``compiled`` one(s)."""
+    main = _Build([pure] if isinstance(pure, Mapping) else pure)
+    other = None if compiled is None else _Build([compiled] if isinstance(compiled, Mapping) else compiled)
     head = ["operation", "keyqueue", "baseline (same run)", "target", "verdict"]
-    if compiled is not None:
+    if other is not None:
         head[2:2] = ["compiled build"]
         head.append("verdict (compiled)")
     head.append("client-go (Go, reference)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in pure["results"]:
-        if not r["targets"] and r["id"] not in ALSO:
+    for rid in main.order:
+        r = main.get(rid)
+        assert r is not None
+        if not r["targets"] and rid not in ALSO:
             continue
-        c = other.get(r["id"])
-        cells = [r["name"], _value(r), _baseline(r, by_id), "; ".join(t["text"] for t in r["targets"]),
+        cells = [r["name"], _value(r), main.baseline(r), "; ".join(t["text"] for t in r["targets"]),
                  _verdicts(r) if r["targets"] else ""]
-        if compiled is not None:
+        if other is not None:
+            c = other.get(rid)
             cells[2:2] = [_value(c) if c is not None else "-"]
             cells.append(_verdicts(c) if r["targets"] else "")
         cells.append(r["client_go_reference"] or "")
         lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
-    source = f"Generated from {_describe(pure)}"
-    if compiled is not None:
-        source += f" and {_describe(compiled)}"
-    skipped = [s["id"] for s in pure["skipped"]]
+    source = f"Generated from {main.describe()}"
+    if other is not None:
+        source += f"; compiled build: {other.describe()}"
+    skipped = [s["id"] for report in main.reports for s in report["skipped"] if main.get(s["id"]) is None]
     if skipped:
-        source += f"; not measured in that run: {', '.join(skipped)}"
+        source += f"; not measured: {', '.join(dict.fromkeys(skipped))}"
     return source + ".\n\n" + "\n".join(lines) + "\n"
 
 
@@ -112,12 +148,15 @@ def replace_between_markers(text: str, block: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.readme_table", description=__doc__.split("\n\n")[0])
-    ap.add_argument("report", type=Path, help="a `python -m benchmarks --json` report (the default, pure build)")
-    ap.add_argument("--compiled", type=Path, help="the same rows' report from the compiled (mypyc) build")
+    ap.add_argument("reports", type=Path, nargs="+",
+                    help="`python -m benchmarks --json` reports of the default (pure) build; a row comes from the last "
+                         "one that has it")
+    ap.add_argument("--compiled", type=Path, nargs="+", default=None,
+                    help="the same rows' reports from the compiled (mypyc) build")
     ap.add_argument("--write", type=Path, metavar="README", help="replace the table between the markers there")
     args = ap.parse_args(argv)
-    pure = json.loads(args.report.read_text())
-    compiled = json.loads(args.compiled.read_text()) if args.compiled else None
+    pure = [json.loads(path.read_text()) for path in args.reports]
+    compiled = [json.loads(path.read_text()) for path in args.compiled] if args.compiled else None
     block = render(pure, compiled)
     if args.write is None:
         sys.stdout.write(block)

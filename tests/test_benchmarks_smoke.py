@@ -198,3 +198,23 @@ def test_readme_table_is_generated_from_the_report(smoke_run: dict[str, Any], tm
     readme.write_text(f"{END}\n{BEGIN}\n")  # wrong order: refused, file untouched
     assert table_main([str(path), "--write", str(readme)]) == 2
     assert readme.read_text() == f"{END}\n{BEGIN}\n"
+
+
+def test_readme_table_takes_rows_from_the_last_report_that_has_them(smoke_run: dict[str, Any]) -> None:
+    import copy
+
+    from benchmarks.readme_table import render
+
+    full = smoke_run["report"]
+    later = copy.deepcopy(full)
+    later["argv"] = ["--only", "^cycle$"]
+    later["results"] = [r for r in later["results"] if r["id"] in ("cycle", "base.queue")]
+    for r in later["results"]:
+        r["median"] = 123456.0  # a value no smoke row has: where it shows, the later report was used
+    table = render([full, later])
+    (cycle_line,) = [line for line in table.splitlines() if line.startswith(f"| {later['results'][0]['name']} |")]
+    assert "123,456" in cycle_line
+    dedup = next(r for r in full["results"] if r["id"] == "add.dedup")
+    (dedup_line,) = [line for line in table.splitlines() if line.startswith(f"| {dedup['name']} |")]
+    assert "123,456" not in dedup_line  # not in the later report: from the full one
+    assert "for cycle, base.queue" in table and "for the other rows" in table
