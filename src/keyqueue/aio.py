@@ -531,7 +531,7 @@ class LoopQueue(Queue[T]):
             return super().add(item)  # the probe, then (the check says "busy") _acquire_unless_own -> _defer
         self._free = _BUSY
         try:
-            outcome = self._core.add(item)
+            outcome = self._core.add(item, None)  # the default passed: a cheaper call
             if outcome is QUEUED:
                 if self._getters:
                     self._wake_one()
