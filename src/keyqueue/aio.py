@@ -79,7 +79,7 @@ class _Owned(Protocol):
 # the add/get/done cycle. Measured against it in one process (issue 18) and not kept: the marker slot holding the
 # bound `_is_owned` instead of the RLock (3.11 does not specialise calls of bound builtins, so it is no faster);
 # `__slots__` for the marker and the core (3.11 already specialises instance attributes); the entry points as
-# per-queue closures over the core and a cell (~6% less with pre-bound methods, nothing for `q.add(...)` and 8%
+# per-queue closures over the core and a cell (2-6% less with pre-bound methods, nothing for `q.add(...)`, 8%
 # more for `async for`: an instance attribute shadowing a method stops 3.11 specialising the method's lookup); a
 # `get` that returns a finished Future when a key is ready (1.5x asyncio.Queue, and asyncio.create_task(q.get())
 # would refuse it).
