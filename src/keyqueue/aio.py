@@ -75,7 +75,7 @@ class _Owned(Protocol):
 # 3.11, x86-64 Linux (net of the timing loop): `rlock._is_owned()` of an RLock the owner holds ~15 ns;
 # `threading.get_ident() != owner` ~45 ns (a builtin call that is not specialised, and a new int);
 # `asyncio._get_running_loop() is loop` ~215 ns (its C code calls getpid(), a system call, every time, to notice a
-# fork). With the busy marker (a load and two stores, see LoopQueue) the check costs the pure build about a sixth of
+# fork). With the busy marker (a load, two stores; see LoopQueue) the check costs the pure build a sixth to a fifth of
 # the add/get/done cycle. Measured against it in one process (issue 18) and not kept: the marker slot holding the
 # bound `_is_owned` instead of the RLock (3.11 does not specialise calls of bound builtins, so it is no faster);
 # `__slots__` for the marker and the core (3.11 already specialises instance attributes); the entry points as
