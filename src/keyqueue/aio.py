@@ -75,7 +75,14 @@ class _Owned(Protocol):
 # 3.11, x86-64 Linux (net of the timing loop): `rlock._is_owned()` of an RLock the owner holds ~15 ns;
 # `threading.get_ident() != owner` ~45 ns (a builtin call that is not specialised, and a new int);
 # `asyncio._get_running_loop() is loop` ~215 ns (its C code calls getpid(), a system call, every time, to notice a
-# fork).
+# fork). With the busy marker (a load, two stores; see LoopQueue) the check costs the pure build a sixth to a fifth of
+# the add/get/done cycle. Measured against it in one process (issue 18) and not kept: the marker slot holding the
+# bound `_is_owned` instead of the RLock (3.11 does not specialise calls of bound builtins, so it is no faster);
+# `__slots__` for the marker and the core (3.11 already specialises instance attributes); the entry points as
+# per-queue closures over the core and a cell (2-6% less with pre-bound methods, nothing for `q.add(...)`, 8%
+# more for `async for`: an instance attribute shadowing a method stops 3.11 specialising the method's lookup); a
+# `get` that returns a finished Future when a key is ready (1.5x asyncio.Queue, and asyncio.create_task(q.get())
+# would refuse it).
 _BUSY: Final = cast(_Owned, _thread.RLock())  # never acquired: _is_owned() is False in every thread
 
 # A waiter future's result says who woke it: _BY_QUEUE means "removed from the waiter deque by a waker" (it may
@@ -531,7 +538,7 @@ class LoopQueue(Queue[T]):
             return super().add(item)  # the probe, then (the check says "busy") _acquire_unless_own -> _defer
         self._free = _BUSY
         try:
-            outcome = self._core.add(item)
+            outcome = self._core.add(item, None)  # the default passed: a cheaper call
             if outcome is QUEUED:
                 if self._getters:
                     self._wake_one()
