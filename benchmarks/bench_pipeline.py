@@ -256,7 +256,7 @@ def cases(smoke: bool, run: Callable[[str, argparse.Namespace], dict[str, Any]] 
 
     run_pipeline = run_mode if run is None else run
     args = argparse.Namespace(backend="etcd", workers=4, reconcile=0.002, switch_interval=None, warmup=40,
-                              concurrency=10, requests=1000, keys=20, floor=True)
+                              concurrency=10, requests=1000, keys=20, floor=True, pin=False)
     memo: dict[str, Any] = {}
 
     def measured() -> dict[str, Any] | Skip:

@@ -119,6 +119,18 @@ def _apiserver_cases(smoke: bool) -> tuple[list[Case], list[tuple[Case, str]]]:
     return made, []
 
 
+def _pipeline_cases(smoke: bool) -> tuple[list[Case], list[tuple[Case, str]]]:
+    """The rows of ``benchmarks/bench_pipeline.py``, or one skipped row saying why they cannot run here (the
+    pipeline needs the ``lab`` extra: the API server, the kubernetes client, aiohttp)."""
+    try:
+        mod = importlib.import_module("benchmarks.bench_pipeline")
+    except ImportError as e:
+        placeholder = Case("pipeline", "pipeline (benchmarks/bench_pipeline.py)", "pipeline",
+                           lambda ctx: Skip("not run"))
+        return [], [(placeholder, f"import failed: {type(e).__name__}: {e}")]
+    return list(mod.cases(smoke)), []
+
+
 def _run_all(
     cases: Sequence[Case], ctx: Context
 ) -> tuple[list[Result], list[tuple[Case, str]], list[tuple[Case, str]]]:
@@ -241,10 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     plugin_cases, plugin_skips = _apiserver_cases(args.smoke)
-    from benchmarks.bench_pipeline import cases as pipeline_cases
     from benchmarks.bench_redis import cases as redis_cases
 
-    cases = build_cases(args.smoke) + plugin_cases + redis_cases(args.smoke) + pipeline_cases(args.smoke)
+    pipeline_cases, pipeline_skips = _pipeline_cases(args.smoke)
+    plugin_skips += pipeline_skips
+    cases = build_cases(args.smoke) + plugin_cases + redis_cases(args.smoke) + pipeline_cases
     if args.list:
         for c in cases:
             print(f"{c.id:24} {c.name}")
