@@ -17,13 +17,17 @@ Both forget a key when it stops needing it: its add time at ``get``, its process
 from __future__ import annotations
 
 import contextlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from keyqueue._build import _is_extension
 from keyqueue._core import LEDGER_FOLD_AT, purge_stale
 from keyqueue.clock import Clock
+from keyqueue.metrics._buckets import BUCKET_BOUNDS_NS, HIST_SLOTS, fold_counting, fold_sorting
+from keyqueue.metrics._buckets import INF as _INF
+from keyqueue.metrics._buckets import SUM as _SUM
 
 if TYPE_CHECKING:
     from keyqueue.metrics import (
@@ -50,17 +54,6 @@ __all__ = [
 ]
 
 _NS_PER_S: Final = 1_000_000_000
-
-#: Upper bounds (``le``) of client-go's duration histograms in integer nanoseconds: 1e-8 s, 1e-7 s, ... 10 s.
-#: ``d_ns <= BUCKET_BOUNDS_NS[i]`` holds exactly when ``d_ns / 1e9`` is <= the float bound (1e-08, ... 10):
-#: correctly rounded division is monotonic and maps each bound to that literal, so bucketing the integer ns gives
-#: the same counts as bucketing the float seconds.
-BUCKET_BOUNDS_NS: Final = tuple(10**e for e in range(1, 11))
-
-#: Layout of a histogram list in a :class:`PullRecorder`: one count per bound, one for +Inf, then the sum in ns.
-HIST_SLOTS: Final = len(BUCKET_BOUNDS_NS) + 2
-_INF: Final = len(BUCKET_BOUNDS_NS)
-_SUM: Final = HIST_SLOTS - 1
 
 
 def _bit_length_tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -95,25 +88,13 @@ def bucket_index(d_ns: int) -> int:
 FOLD_AT: Final = LEDGER_FOLD_AT
 
 
-def fold_into(obs: list[int], hist: list[int]) -> None:
-    """Count the durations ``obs`` (integer ns) into the histogram list ``hist`` (:data:`HIST_SLOTS` long: a count
-    per bound, +Inf, sum) and empty ``obs``. Exactly what counting each with :func:`bucket_index` gives: bucket ``i``
-    gets the durations ``d`` with ``BUCKET_BOUNDS_NS[i-1] < d <= BUCKET_BOUNDS_NS[i]``. One sort and ten bisects,
-    all in C, instead of a Python call per observation."""
-    if not obs:
-        return
-    obs.sort()
-    total = len(obs)
-    below = 0
-    for i, bound in enumerate(BUCKET_BOUNDS_NS):
-        n = bisect_right(obs, bound)
-        hist[i] += n - below
-        below = n
-        if n == total:
-            break
-    hist[_INF] += total - below
-    hist[_SUM] += sum(obs)
-    obs.clear()
+#: ``fold_into(obs, hist)``: count the durations ``obs`` (integer ns) into the histogram list ``hist``
+#: (:data:`HIST_SLOTS` long: a count per bound, +Inf, sum) and empty ``obs``; exactly what counting each with
+#: :func:`bucket_index` gives. Where :mod:`keyqueue.metrics._buckets` is compiled (the compiled build) its counting
+#: loop (a few ns per duration), else its sort and bisects, which run in C (both measured in both builds).
+fold_into: Final[Callable[[list[int], list[int]], None]] = (
+    fold_counting if _is_extension(fold_counting.__module__) else fold_sorting
+)
 
 
 def nanos_to_seconds(ns: int) -> float:
