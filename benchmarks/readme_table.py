@@ -69,8 +69,9 @@ def _describe(report: Mapping[str, Any]) -> str:
     load = f"load average {_load(m['loadavg_at_start'])}"
     if report.get("loadavg_at_end"):
         load += f" → {_load(report['loadavg_at_end'])}"
-    return (f"`python -m benchmarks {' '.join(report['argv'])}` ({kind}, commit {m['git_commit']}, {m['date']}, "
-            f"{m['cpu_count']} CPUs, {load}, timer {report['timer']})")
+    venv = ".venv-mypyc" if build else ".venv"  # where scripts/bench-readme.sh runs each build
+    return (f"`{venv}/bin/python -m benchmarks {' '.join(report['argv'])}` ({kind}, commit {m['git_commit']}, "
+            f"{m['date']}, {m['cpu_count']} CPUs, {load}, timer {report['timer']})")
 
 
 class _Build:
