@@ -16,15 +16,7 @@ echo "== pure build: the full run"
 .venv/bin/python -m benchmarks "${TIMER[@]}" --json "$out/pure.json" > "$out/pure.txt"
 
 echo "== compiled build into .venv-mypyc"
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
-rm -rf build
-KEYQUEUE_MYPYC=1 .venv/bin/python -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-  -w "$wheels" .
-[ -x .venv-mypyc/bin/python ] || "${PYTHON:-python3}" -m venv .venv-mypyc
-wheel=$(ls "$wheels"/keyqueue-*.whl)
-.venv-mypyc/bin/python -m pip install --quiet --disable-pip-version-check "$wheel[core-test]"
-.venv-mypyc/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+./scripts/build-mypyc.sh
 
 echo "== compiled build: the rows of the compiled module"
 .venv-mypyc/bin/python -m benchmarks "${TIMER[@]}" --only "$COMPILED_ROWS" --json "$out/compiled.json" \

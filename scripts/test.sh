@@ -25,17 +25,7 @@ if [ "${KEYQUEUE_TEST_MYPYC:-1}" = 0 ]; then
   exit 0
 fi
 echo "== compiled build: KEYQUEUE_MYPYC=1 wheel into .venv-mypyc"
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
-rm -rf build  # no stale objects or modules from an earlier build in the wheel
-KEYQUEUE_MYPYC=1 .venv/bin/python -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-  -w "$wheels" .
-if [ ! -x .venv-mypyc/bin/python ]; then
-  "$PY" -m venv .venv-mypyc
-fi
-wheel=$(ls "$wheels"/keyqueue-*.whl)
-.venv-mypyc/bin/python -m pip install --quiet --disable-pip-version-check "$wheel[core-test]"
-.venv-mypyc/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+./scripts/build-mypyc.sh
 echo "== pytest on the compiled build (core suites)"
 # -k 'not redis': the Redis shells' conformance runs on the pure build above; they use no compiled module.
 KEYQUEUE_EXPECT_BUILD=mypyc .venv-mypyc/bin/python -m pytest -q -p no:cacheprovider -k 'not redis' \
