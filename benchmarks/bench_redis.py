@@ -217,6 +217,98 @@ def _get_done(n: int) -> Any:
     return run
 
 
+# The floor of a get and a done: scripts making the redis.calls of get.lua's and done.lua's hot paths (a key handed
+# out with nothing due; a clean key finished) on the queue's real keys, with none of their decisions, called on the
+# same client path with the least client work a call needs (pack the arguments, split the reply). keyqueue's calls
+# against these rows is what its own logic costs, client and server; these rows against PING is what the calls a
+# lease needs cost (TIME, GET, LPOP, INCR, HSET, ZADD; HGET, HDEL, ZREM).
+_FLOOR_GET = """
+local P = KEYS[1]
+local t = redis.call('TIME')
+redis.call('GET', P .. 'due')
+local key = redis.call('LPOP', P .. 'fifo')
+local lease = redis.call('INCR', P .. 'seq') .. '|' .. ARGV[3]
+redis.call('HSET', P .. 'state', key, '@' .. lease)
+redis.call('ZADD', P .. 'proc', t[1] * 1000000 + t[2] + ARGV[2], key)
+return '1 0 0 - ' .. lease .. ' ' .. key
+"""
+_FLOOR_DONE = """
+local P = KEYS[1]
+redis.call('HGET', P .. 'state', ARGV[1])
+redis.call('HDEL', P .. 'state', ARGV[1])
+redis.call('ZREM', P .. 'proc', ARGV[1])
+return 0
+"""
+
+
+class _FloorHandle:
+    """``get``/``done`` through the floor scripts above, on a real queue's keys (``q``, filled by its own adds)."""
+
+    def __init__(self, q: Any) -> None:
+        from keyqueue.redis._wire import Packer, SyncWire
+
+        state = q._state
+        self.wire = SyncWire(q._client)
+        packer = Packer(state.prefix)
+        self.get_packed = packer.evalsha(q._client.script_load(_FLOOR_GET), state.get_args())
+        self.done_sha = q._client.script_load(_FLOOR_DONE)
+        self.evalsha = packer.evalsha
+        self.leases: dict[str, str] = {}
+
+    def get(self) -> str:
+        _, _, _, _, lease, key = self.wire.call(self.get_packed).split(" ", 5)
+        self.leases[key] = lease
+        return str(key)
+
+    def done(self, key: str) -> bool:
+        return bool(self.wire.call(self.evalsha(self.done_sha, [key, self.leases.pop(key)])))
+
+    def close(self) -> None:
+        self.wire.close()
+
+
+def _get_done_floor(n: int) -> Any:
+    def run(ctx: Context) -> Measurement | Skip:
+        if (skip := _available()) is not None:
+            return skip
+        q = _queue()
+        floor = _FloorHandle(q)
+        keys = [f"default/obj-{i}" for i in range(n)]
+
+        def fill() -> None:
+            q.delete()
+            floor.leases.clear()
+            q.add_many(keys)
+        try:
+            m = time_batch(ctx, "for _ in keys: done(get())", "fill()",
+                           {"get": floor.get, "done": floor.done, "keys": keys, "fill": fill}, ops=2 * n,
+                           unit="ns/op")
+            m.note = "the redis.calls of get's and done's hot paths, no logic, least client work"
+            fill()
+
+            def block(_: int) -> None:
+                for _ in range(_PER_BLOCK // 2):
+                    floor.done(floor.get())
+            return _paired(ctx, m, block, _PER_BLOCK)
+        finally:
+            q.delete()
+            floor.close()
+            q.close()
+    return run
+
+
+def _switches() -> tuple[int, int]:
+    # This thread's context switches so far: (voluntary: it slept, e.g. in recv waiting for a reply; involuntary: it
+    # was preempted, e.g. by the server it just woke on the same core). (0, 0) where the OS does not report them.
+    import resource
+
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    if who is None:
+        return 0, 0
+    usage = resource.getrusage(who)
+    return usage.ru_nvcsw, usage.ru_nivcsw
+
+
 def _server_cpu(client: Any) -> float:
     # Seconds of CPU the Redis server has used (its main thread where Redis reports it: the one that runs commands).
     info = client.info("cpu")
@@ -238,6 +330,7 @@ def _cpu(what: str) -> Any:
         client = redis.Redis.from_url(_url(), decode_responses=True)
         q = _queue()
         ping = _lean_ping(client)
+        floor = _FloorHandle(q) if what == "getdone_floor" else None
         try:
             if what == "ping":
                 calls, per = (lambda i: ping()), 1
@@ -246,31 +339,39 @@ def _cpu(what: str) -> Any:
                 calls, per = (lambda i: q.add("default/obj")), 1
             elif what == "add":
                 calls, per = (lambda i: q.add(f"default/obj-{i}")), 1
+            elif floor is not None:  # the floor scripts' get and done (_FloorHandle): two calls
+                calls, per = (lambda i: floor.done(floor.get())), 2
             else:  # a get and a done per step: two calls
                 calls, per = (lambda i: q.done(q.get())), 2
-            totals, clients, servers, usec = [], [], [], []
+            totals, clients, servers, usec, sleeps, preempted = [], [], [], [], [], []
             for _ in range(repeats):
                 q.delete()
-                if what == "getdone":
+                if what in ("getdone", "getdone_floor"):
                     q.add_many([f"default/obj-{i}" for i in range(n)])
                 client.config_resetstat()
-                s0, c0 = _server_cpu(client), time.thread_time()
+                s0, c0, r0 = _server_cpu(client), time.thread_time(), _switches()
                 for i in range(n):
                     calls(i)
-                c1, s1 = time.thread_time(), _server_cpu(client)
+                r1, c1, s1 = _switches(), time.thread_time(), _server_cpu(client)
                 stats = client.info("commandstats")
                 cmd = stats.get("cmdstat_ping" if what == "ping" else "cmdstat_evalsha", {})
                 usec.append(float(cmd.get("usec_per_call", 0.0)))
                 clients.append((c1 - c0) / (n * per) * 1e6)
                 servers.append((s1 - s0) / (n * per) * 1e6)
                 totals.append(clients[-1] + servers[-1])
+                sleeps.append((r1[0] - r0[0]) / (n * per))
+                preempted.append((r1[1] - r0[1]) / (n * per))
             med = statistics.median
             note = (f"CPU per call: client {med(clients):.1f} µs + server {med(servers):.1f} µs (the command "
-                    f"itself, INFO commandstats: {med(usec):.2f} µs)")
+                    f"itself, INFO commandstats: {med(usec):.2f} µs); client thread per call: {med(sleeps):.2f} "
+                    f"sleeps waiting for a reply, {med(preempted):.2f} preemptions")
             return Measurement("µs CPU/call", totals, ops=len(totals), note=note,
-                               extra={"client_us": clients, "server_us": servers, "command_us": usec})
+                               extra={"client_us": clients, "server_us": servers, "command_us": usec,
+                                      "client_sleeps": sleeps, "client_preemptions": preempted})
         finally:
             q.delete()
+            if floor is not None:
+                floor.close()
             q.close()
             client.close()
     return run
@@ -453,10 +554,13 @@ def cases(smoke: bool) -> list[Case]:
         Case("redis.getdone", f"get / done, per call ({n:,} keys)", G_REDIS, _get_done(n), baseline="redis.ping",
              checks=(Check(f"≤ {limit}x PING", "le", limit, ref="redis.ping"),), needs=("redis.ping",),
              interleave=True),
+        Case("redis.getdone_floor", f"get / done floor: the same redis.calls, no logic, per call ({n:,} keys)",
+             G_REDIS, _get_done_floor(n), baseline="redis.ping", needs=("redis.ping",), interleave=True),
         Case("redis.cpu.ping", "CPU per PING (client + server)", G_REDIS, _cpu("ping")),
         *(Case(f"redis.cpu.{w}", f"CPU per call (client + server): {label}", G_REDIS, _cpu(w),
                baseline="redis.cpu.ping", needs=("redis.cpu.ping",))
-          for w, label in (("add", "add, new key"), ("dedup", "add, DEDUP"), ("getdone", "get / done"))),
+          for w, label in (("add", "add, new key"), ("dedup", "add, DEDUP"), ("getdone", "get / done"),
+                           ("getdone_floor", "get / done floor (same redis.calls, no logic)"))),
         Case("redis.cycle", "add+get+done, one key (3 round trips)", G_REDIS, _cycle(False),
              baseline="redis.naive", needs=("redis.naive", "redis.ping"), interleave=True),
         Case("redis.naive", "naive Redis queue add+get+done (list + set, 5 round trips, not atomic)", G_REDIS,
