@@ -119,27 +119,34 @@ def _evalsha(keys: int, args: int) -> Any:
     return run
 
 
+def _block_ratio(blocks: int, first: Any, second: Any) -> float:
+    """The median over ``blocks`` blocks of (``second(b)``'s time / ``first(b)``'s time), each pair run back to back:
+    two moments a few milliseconds apart, so load from elsewhere on the machine falls on both sides."""
+    ratios = []
+    for b in range(blocks):
+        t0 = time.perf_counter()
+        first(b)
+        t1 = time.perf_counter()
+        second(b)
+        ratios.append((time.perf_counter() - t1) / (t1 - t0))
+    return statistics.median(ratios)
+
+
 def _paired(ctx: Context, m: Measurement, run_block: Any, per: int) -> Measurement:
     """Add to ``m`` the ratio measured block by block against PING: ``per`` PINGs, then ``per`` operations
-    (``run_block(b)`` runs block ``b``'s), many times; the median over blocks of (operations' time / PINGs' time).
-    Each ratio compares two moments a few milliseconds apart, so load from elsewhere on the machine falls on both
-    sides; the row's own ratio compares medians of separate timings. Reported in the note and in ``extra``."""
-    import statistics
-
+    (``run_block(b)`` runs block ``b``'s), many times; the median over blocks of (operations' time / PINGs' time)
+    (:func:`_block_ratio`); the row's own ratio compares medians of separate timings. Reported in the note and in
+    ``extra``."""
     import redis
 
     blocks = ctx.size(40, 4)
     with contextlib.closing(redis.Redis.from_url(_url(), decode_responses=True)) as client:
         ping = _lean_ping(client)
-        ratios = []
-        for b in range(blocks):
-            t0 = time.perf_counter()
+
+        def pings(_: int) -> None:
             for _ in range(per):
                 ping()
-            t1 = time.perf_counter()
-            run_block(b)
-            ratios.append((time.perf_counter() - t1) / (t1 - t0))
-    paired = statistics.median(ratios)
+        paired = _block_ratio(blocks, pings, run_block)
     m.extra["paired_ratio"] = paired
     m.note = (m.note + "; " if m.note else "") + (
         f"paired with PING block by block ({blocks} × {per} calls each): {paired:.2f}x (median)")
@@ -284,11 +291,23 @@ def _get_done_floor(n: int) -> Any:
                            {"get": floor.get, "done": floor.done, "keys": keys, "fill": fill}, ops=2 * n,
                            unit="ns/op")
             m.note = "the redis.calls of get's and done's hot paths, no logic, least client work"
-            fill()
+            blocks = ctx.size(40, 4)
+            q.delete()
+            floor.leases.clear()
+            q.add_many([f"default/paired-{i}" for i in range(3 * blocks * (_PER_BLOCK // 2))])  # three passes
 
             def block(_: int) -> None:
                 for _ in range(_PER_BLOCK // 2):
                     floor.done(floor.get())
+
+            def keyqueue_block(_: int) -> None:
+                for _ in range(_PER_BLOCK // 2):
+                    q.done(q.get())
+            # keyqueue's own get/done against this floor, block by block on the same queue: what its logic costs.
+            own = _block_ratio(blocks, block, keyqueue_block)
+            m.extra["keyqueue_over_floor"] = own
+            m.note += (f"; keyqueue's get/done against it, block by block ({blocks} × {_PER_BLOCK} calls each): "
+                       f"{own:.2f}x (median)")
             return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
