@@ -8,13 +8,14 @@ same write (:func:`keyqueue.lab.pipeline.write_trigger`), with its own GIL.
 The stage timestamps (``time.perf_counter_ns``, i.e. ``CLOCK_MONOTONIC`` on Linux: one clock for every process of
 the machine, so the child's stamps compare with the pipeline's) stay in the child until the pipeline asks for them
 (:meth:`TriggerProcess.collect`), so nothing crosses between the processes while a load runs. The protocol is
-line-based: the pipeline writes ``flush N`` or ``refuse N`` on the child's stdin and the child answers on its stdout,
+line-based: the pipeline writes ``flush N`` or ``refuse N`` on the child's stdin; the child answers on its stdout,
 ``records [...]`` for a flush (JSON: one ``[key, rv, t_start, t_api, t_done, t_end]`` per answered trigger, ``rv``
--1 for a failed one), then ``done N`` once the command took effect. The end of its stdin (the pipeline stopped, or died) stops the child: it refuses
-new triggers, lets those in flight finish, prints the records not yet collected and exits. It also stops on
-SIGTERM (sent by the kernel when the pipeline dies, see :func:`keyqueue._procs.die_with_parent`), and ignores SIGINT:
-it runs in a process group of its own in the pipeline's session (a terminal's Ctrl-C reaches the pipeline only,
-which stops the child in order; and on Linux it stays in the pipeline's scheduling autogroup).
+-1 for a failed one), then ``done N`` once the command took effect. The end of its stdin (the pipeline stopped,
+or died) stops the child: it refuses new triggers, lets those in flight finish, prints the records not yet
+collected and exits. It also stops on SIGTERM (sent by the kernel when the pipeline dies, see
+:func:`keyqueue._procs.die_with_parent`), and ignores SIGINT: it runs in a process group of its own in the
+pipeline's session (a terminal's Ctrl-C reaches the pipeline only, which stops the child in order; and on Linux it
+stays in the pipeline's scheduling autogroup).
 """
 
 from __future__ import annotations
