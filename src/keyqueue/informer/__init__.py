@@ -15,7 +15,7 @@
 See :mod:`keyqueue.informer.informer` for what the informer does on stream ends, errors and 410 Gone.
 """
 
-from keyqueue.informer.informer import Backoff, HandlerRegistration, Informer, InformerStats, WatchStreamError
+from keyqueue.informer.informer import Backoff, HandlerRegistration, Informer, InformerStats
 from keyqueue.informer.store import (
     NAMESPACE_INDEX,
     DeletedFinalStateUnknown,
@@ -40,7 +40,6 @@ __all__ = [
     "KeyFunc",
     "Obj",
     "Store",
-    "WatchStreamError",
     "deletion_handling_key",
     "meta_namespace_index",
     "meta_namespace_key",

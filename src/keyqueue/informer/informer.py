@@ -54,7 +54,6 @@ __all__ = [
     "HandlerRegistration",
     "Informer",
     "InformerStats",
-    "WatchStreamError",
 ]
 
 log = logging.getLogger("keyqueue.informer")
@@ -619,112 +618,8 @@ class Informer:
                 f"objects={len(self.store)} stopped={self.stopped}>")
 
 
-_MAX_CHUNK_LINE: Final = 1024  # a chunk-size line longer than this is not HTTP/1.1 chunked framing
-_READ_SIZE: Final = 65536
-
-
-class WatchStreamError(Exception):
-    """The watch response's chunked framing was broken, or it ended before its last chunk (the stream broke: the
-    informer re-opens the watch after a backoff, as for a reset connection)."""
-
-
-def _stream_reader(resp: Any) -> Any:
-    """The buffered socket file under ``resp`` (a urllib3 response of the official client) when its body can be read
-    by :func:`_chunked_lines`: chunked, not content-encoded, nothing of the body read yet; else ``None``."""
-    if not getattr(resp, "chunked", False) or getattr(resp, "chunk_left", None) is not None:
-        return None
-    headers = getattr(resp, "headers", None)
-    encoding = headers.get("content-encoding", "") if headers is not None else ""
-    if encoding and encoding.lower() != "identity":
-        return None
-    fp = getattr(getattr(resp, "_fp", None), "fp", None)
-    return fp if fp is not None and hasattr(fp, "read1") else None
-
-
-def _chunked_lines(fp: Any) -> Iterator[tuple[bytes, int]]:
-    """The JSON lines of a chunked watch body read from ``fp`` (a buffered socket file; each line with the
-    ``perf_counter_ns`` at which the read that completed it returned).
-
-    One ``read1`` takes whatever the socket holds (several events of a burst arrive in one read), and the HTTP/1.1
-    chunk framing is parsed here: the same bytes urllib3's ``read_chunked`` would yield, at a fraction of its
-    per-chunk cost (a readline, two reads and a decode step per chunk). Returns at the last (zero-size) chunk
-    after its trailer section; raises :class:`WatchStreamError` for broken framing or an end of the connection
-    before the last chunk, and whatever the socket read raises (a read timeout, a reset, a shut-down socket).
-    """
-    raw = b""  # received, not yet de-chunked
-    pos = 0
-    line = b""  # de-chunked body not yet split at a newline
-    now = 0
-
-    def fill() -> None:
-        nonlocal raw, pos, now
-        data = fp.read1(_READ_SIZE)
-        if not data:
-            raise WatchStreamError("the watch response ended before its last chunk")
-        now = time.perf_counter_ns()
-        raw = raw[pos:] + data if pos < len(raw) else data
-        pos = 0
-
-    while True:
-        eol = raw.find(b"\r\n", pos)
-        while eol < 0:
-            if len(raw) - pos > _MAX_CHUNK_LINE:
-                raise WatchStreamError("a chunk-size line exceeded 1024 bytes")
-            fill()
-            eol = raw.find(b"\r\n", pos)
-        try:
-            size = int(raw[pos:eol].split(b";", 1)[0], 16)
-        except ValueError:
-            raise WatchStreamError(f"invalid chunk-size line {raw[pos:eol][:64]!r}") from None
-        if size < 0:
-            raise WatchStreamError(f"invalid chunk-size line {raw[pos:eol][:64]!r}")
-        pos = eol + 2
-        if size == 0:  # the last chunk: skip the trailer section up to its empty line
-            while True:
-                eol = raw.find(b"\r\n", pos)
-                while eol < 0:
-                    if len(raw) - pos > _MAX_CHUNK_LINE:
-                        raise WatchStreamError("a trailer line exceeded 1024 bytes")
-                    fill()
-                    eol = raw.find(b"\r\n", pos)
-                empty = eol == pos
-                pos = eol + 2
-                if empty:
-                    if line.strip():
-                        yield line, now
-                    return
-        while len(raw) - pos < size + 2:
-            fill()
-        end = pos + size
-        if raw[end:end + 2] != b"\r\n":
-            raise WatchStreamError("a chunk was not followed by CRLF")
-        data = raw[pos:end]
-        pos = end + 2
-        if line:
-            data = line + data
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            if nl > start:
-                yield data[start:nl], now
-            start = nl + 1
-        line = data[start:] if start < len(data) else b""
-
-
 def _lines(resp: Any) -> Iterator[tuple[bytes, int]]:
-    """Split a watch response into JSON lines; each with the perf_counter_ns its chunk arrived at: by
-    :func:`_chunked_lines` from the socket's file where :func:`_stream_reader` finds it, else through urllib3's
-    ``stream``."""
-    fp = _stream_reader(resp)
-    if fp is not None:
-        yield from _chunked_lines(fp)
-        # The body was read to its end: close the http.client response as urllib3 does after its last chunk, so
-        # that the connection can go back to the pool (the socket stays open; only this response's file closes).
-        with contextlib.suppress(Exception):
-            resp._fp.close()
-        return
+    """Split a chunked watch response into JSON lines; each with the perf_counter_ns its chunk arrived at."""
     buf = b""
     for chunk in resp.stream(amt=None, decode_content=False):
         now = time.perf_counter_ns()
