@@ -25,6 +25,11 @@ those a worker was free for and those that waited for a reconcile to end, and th
 workers (:mod:`keyqueue.lab.replay`: how many would wait > 300 µs even then, the part the load's bursts set). The
 machine's load average is printed before and after, since the targets are absolute figures.
 
+``--trigger-process`` measures the other arrangement of the writer: the trigger server in a child process of its own
+(``PipelineConfig.trigger_process``; in a cluster the writes come from kubectl or another service, not from the
+controller's process), so the pipeline process holds only the informer, the queue and the workers. The rows of
+``python -m benchmarks`` keep the trigger server in the pipeline's process.
+
 ``--pin`` measures a bound, it is not a setting to win a row with: the pipeline process's threads get CPU 1 to
 themselves and its children (the API server, etcd, the load generator) share CPU 0, the same two cores split so
 that the pipeline never waits for a core behind them (other work on the machine still can).

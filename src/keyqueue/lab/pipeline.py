@@ -8,9 +8,13 @@ in a child process like a real cluster's, or in threads of this process with ``-
 cluster via ``--kubeconfig``) sends the change down the informer's watch (:mod:`keyqueue.informer`); the
 informer's handler adds ``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; a
 :class:`keyqueue.Controller` with ``--workers`` threads takes keys and reconciles (reads the object from the
-informer's cache, then a simulated piece of work, a GIL-releasing sleep).
+informer's cache, then a simulated piece of work, a GIL-releasing sleep). With ``--trigger-process``
+(``PipelineConfig.trigger_process``) ``POST /trigger`` is served by a child process of its own instead
+(:mod:`keyqueue.lab.trigger_process`: the load's writer, as kubectl or another service would be in a cluster), and
+this process keeps ``GET /metrics``, ``/stats`` and ``/healthz`` on :attr:`Pipeline.metrics_url`.
 
-Every stage is timed inside this process with ``time.perf_counter_ns``:
+Every stage is timed with ``time.perf_counter_ns`` (``CLOCK_MONOTONIC`` on Linux, one clock for all processes: the
+trigger process's stamps are handed over when the pipeline settles or reports, never during the load):
 
 * **API write**: the client call of the trigger handler (request out, answer in);
 * **write done → informer handler**: from the moment the trigger handler has the API's answer to the moment the
@@ -989,16 +993,18 @@ class Pipeline:
 
     def wait_reconciled(self, timeout: float) -> bool:
         """Block until every triggered name has been reconciled after its last trigger (``True``), or
-        ``timeout`` seconds passed (``False``)."""
+        ``timeout`` seconds passed (``False``). With ``trigger_process`` the triggers it answered are collected
+        first, and again every 0.5 s while waiting."""
         deadline = time.monotonic() + timeout
-        self._sync_triggers()
-        with self._cond:
-            while self._lost_names():
+        while True:
+            self._sync_triggers()
+            with self._cond:
+                if not self._lost_names():
+                    return True
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(min(left, 0.5))
-            return True
 
     def verify(self) -> Verification:
         """The correctness check, now (call :meth:`wait_reconciled` first)."""
