@@ -1,7 +1,8 @@
 """Where the milliseconds live: POST /trigger → API server → etcd → watch → informer → queue → worker.
 
     python benchmarks/bench_pipeline.py [--smoke] [--requests N] [--concurrency C] [--backend etcd|memory]
-                                        [--modes process,inprocess] [--no-floor] [--pin] [--json PATH]
+                                        [--modes process,inprocess] [--no-floor] [--pin] [--trigger-process]
+                                        [--json PATH]
 
 For each mode (the test API server in a child process, as a real cluster's would be, and/or in threads of the
 pipeline's own process), one :class:`keyqueue.lab.pipeline.Pipeline` is started (etcd with fsync on, 4 workers,
@@ -23,6 +24,11 @@ get gap into who was on a core meanwhile (:mod:`keyqueue.lab.handoff`). The adds
 those a worker was free for and those that waited for a reconcile to end, and the same adds are replayed on instant
 workers (:mod:`keyqueue.lab.replay`: how many would wait > 300 µs even then, the part the load's bursts set). The
 machine's load average is printed before and after, since the targets are absolute figures.
+
+``--trigger-process`` measures the other arrangement of the writer: the trigger server in a child process of its own
+(``PipelineConfig.trigger_process``; in a cluster the writes come from kubectl or another service, not from the
+controller's process), so the pipeline process holds only the informer, the queue and the workers. The rows of
+``python -m benchmarks`` keep the trigger server in the pipeline's process.
 
 ``--pin`` measures a bound, it is not a setting to win a row with: the pipeline process's threads get CPU 1 to
 themselves and its children (the API server, etcd, the load generator) share CPU 0, the same two cores split so
@@ -155,7 +161,7 @@ def _pin_pipeline_threads(cpu: int) -> None:
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     cfg = PipelineConfig(backend=args.backend, workers=args.workers, reconcile=args.reconcile, log_lines=0,
                          stats_interval=0, apiserver_process=(mode == "process"),
-                         switch_interval=args.switch_interval)
+                         trigger_process=getattr(args, "trigger_process", False), switch_interval=args.switch_interval)
     saved = os.sched_getaffinity(0) if args.pin else None
     if args.pin:
         os.sched_setaffinity(0, {0})  # this thread: every thread and child started from here inherits CPU 0
@@ -178,12 +184,13 @@ def _run_mode(mode: str, cfg: PipelineConfig, args: argparse.Namespace) -> dict[
         phases.append(run_phase(p, args.requests, args.concurrency, args.keys))
         load_cpu = os.getloadavg()
     print(f"load average after the {mode} mode: {load_cpu[0]:.2f}", file=sys.stderr)
-    return {"mode": mode, "phases": phases, "loadavg_after": load_cpu}
+    return {"mode": mode, "trigger_process": cfg.trigger_process, "phases": phases, "loadavg_after": load_cpu}
 
 
 def print_mode(result: dict[str, Any]) -> None:
     label = {"process": "API server in a child process", "inprocess": "API server in the pipeline's process"}
-    print(f"\n=== {label[result['mode']]} ===")
+    where = ", trigger server in a child process" if result.get("trigger_process") else ""
+    print(f"\n=== {label[result['mode']]}{where} ===")
     for phase in result["phases"]:
         load = phase["load"]
         print(f"\n-- {phase['requests']} requests at concurrency {phase['concurrency']}: "
@@ -329,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a measurement of the bound, not a setting: the pipeline process's threads on CPU 1, the "
                              "API server, etcd and the load generator on CPU 0 (Linux, 2 CPUs or more, --modes "
                              "process only)")
+    parser.add_argument("--trigger-process", action="store_true",
+                        help="the trigger server in a child process of its own (Pipeline(trigger_process=True)) "
+                             "instead of the pipeline's loop; --modes process only")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -346,9 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin and (modes != ["process"] or not hasattr(os, "sched_setaffinity") or
                      not {0, 1} <= os.sched_getaffinity(0)):
         parser.error("--pin needs --modes process and CPUs 0 and 1 (Linux)")
+    if args.trigger_process and modes != ["process"]:
+        parser.error("--trigger-process needs --modes process (the trigger process reads the API server's kubeconfig)")
     print(f"pipeline benchmark: backend={args.backend} workers={args.workers} reconcile={args.reconcile * 1e3:g}ms "
           f"keys={args.keys} switch-interval={args.switch_interval or sys.getswitchinterval()}s"
-          f"{' pinned: pipeline on CPU 1, the other processes on CPU 0' if args.pin else ''} | "
+          f"{' pinned: pipeline on CPU 1, the other processes on CPU 0' if args.pin else ''}"
+          f"{' trigger server in a child process' if args.trigger_process else ''} | "
           f"{platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f}")
     results = [run_mode(m, args) for m in modes]

@@ -544,3 +544,128 @@ def test_trigger_writes_over_tls_with_the_kubeconfigs_token(tmp_path: Path) -> N
             assert info.value.status == 502 and "401" in str(info.value)
         finally:
             p.stop()
+
+
+# -- the trigger server in a child process of its own (issue 18) ------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
+def test_the_trigger_process_serves_triggers_and_hands_back_its_stamps(pipelines: Callable[..., Pipeline]) -> None:
+    p = pipelines(apiserver_process=True, trigger_process=True, workers=1)
+    pids = p.process_ids()
+    child = pids["trigger"]
+    assert child not in (os.getpid(), pids["apiserver"])
+    assert "keyqueue.lab.trigger_process" in _cmdline(child)
+    assert os.getpgid(child) == child != os.getpgid(0)  # a process group of its own: no terminal Ctrl-C
+    assert os.getsid(child) == os.getsid(0)  # in this session (the scheduling autogroup, as for the API server)
+    assert p.url != p.metrics_url
+    assert p.trigger("first")["action"] == "created"
+    status, body = http_request(p.url, "POST", "/trigger/first")
+    assert status == 200 and json.loads(body)["action"] == "updated"
+    status, body = http_request(p.url, "POST", "/trigger/Not_A_Name")
+    assert status == 400 and b"not a valid ConfigMap name" in body
+    assert p.wait_reconciled(WAIT)  # knows what to wait for only from the child's records
+    v = p.verify()
+    assert v.ok and v.triggers == 2 and v.names == 1
+    stages = p.stages()
+    assert stages["api_write"].n == 2 and stages["trigger_handler"].n == 2
+    assert stages["write_to_informer"].n == 2  # the child's stamps paired with this process's events
+    # This process keeps its own endpoints; it does not take triggers itself.
+    status, body = http_request(p.metrics_url, "POST", "/trigger/first")
+    assert status == 404 and p.url.encode() in body
+    status, body = http_request(p.metrics_url, "GET", "/stats")
+    assert status == 200 and json.loads(body)["verification"]["triggers"] == 2
+    assert http_request(p.metrics_url, "GET", "/metrics")[0] == 200
+    assert http_request(p.url, "GET", "/stats")[0] == 404
+    assert http_request(p.url, "GET", "/healthz") == (200, b"ok\n")
+    p.refuse_triggers()
+    status, body = http_request(p.url, "POST", "/trigger/first")
+    assert status == 503
+    p.stop()
+    assert _gone(child)  # stopped and waited for by stop()
+
+
+def test_a_failed_trigger_in_the_trigger_process_is_counted(pipelines: Callable[..., Pipeline]) -> None:
+    import signal
+
+    p = pipelines(apiserver_process=True, trigger_process=True, workers=1)  # memory storage: no etcd behind it
+    assert p.trigger("x")["action"] == "created"
+    apiserver = p.process_ids()["apiserver"]
+    os.kill(apiserver, signal.SIGTERM)  # the API server is gone: the trigger answers 502, the child records it
+    wait_until(lambda: _gone(apiserver), "the API server child exiting")
+    status, body = http_request(p.url, "POST", "/trigger/x")
+    assert status == 502 and b"API request failed" in body
+    assert p.summary()["trigger_errors"] == 1
+
+
+def test_trigger_process_needs_a_kubeconfig_to_hand_over() -> None:
+    with pytest.raises(ValueError, match="trigger_process needs apiserver_process"):
+        make(trigger_process=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_killed_pipeline_takes_its_trigger_process_along(tmp_path: Path) -> None:
+    import signal
+
+    proc, apiserver = _start_cli(tmp_path, "--trigger-process")
+    triggers = [c for c in _children(proc.pid) if "keyqueue.lab.trigger_process" in _cmdline(c)]
+    try:
+        assert len(triggers) == 1, triggers
+        proc.send_signal(signal.SIGKILL)  # no cleanup runs in the pipeline
+        proc.wait(WAIT)
+        wait_until(lambda: _gone(triggers[0]), "the trigger process exiting after its parent was killed", 3 * WAIT)
+        wait_until(lambda: _gone(apiserver), "the API server child exiting after its parent was killed", 3 * WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        for pid in (*triggers, apiserver):
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)  # never leak a child, even when the test failed
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_ctrl_c_reaches_the_pipeline_only_and_it_stops_the_trigger_process_in_order(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to the foreground process group: the pipeline's. The trigger process is in a group
+    of its own, so it keeps serving until the pipeline has refused new triggers and stops it; its records reach
+    the verdict."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "keyqueue.lab", "pipeline", "--backend", "memory", "--log-lines",
+                             "0", "--stats-interval", "0", "--trigger-process", "--requests", "1000000",
+                             "--concurrency", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, process_group=0)  # as a terminal's job
+    triggers: list[int] = []
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert banner.startswith("pipeline: triggers on"), banner
+        triggers = [c for c in _children(proc.pid) if "keyqueue.lab.trigger_process" in _cmdline(c)]
+        assert len(triggers) == 1, triggers
+        metrics = banner.split("metrics on ", 1)[1].split("/metrics", 1)[0]
+
+        def triggered() -> bool:
+            return bool(json.loads(http_request(metrics, "GET", "/stats")[1])["verification"]["triggers"] > 0)
+
+        wait_until(triggered, "the load's triggers reaching the pipeline")
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the foreground process group, the pipeline's
+        code = proc.wait(3 * WAIT)
+        text = proc.stdout.read()
+        assert _gone(triggers[0])  # stopped (and waited for) by the pipeline before its exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        for pid in triggers:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    verdicts = [line for line in text.splitlines() if line.startswith("verification:")]
+    assert len(verdicts) == 1 and verdicts[0].endswith("INTERRUPTED (verified so far)"), text
+    assert code == 130, text
+    assert "SIGINT during the load: no new triggers" in text

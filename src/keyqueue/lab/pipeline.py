@@ -8,9 +8,13 @@ in a child process like a real cluster's, or in threads of this process with ``-
 cluster via ``--kubeconfig``) sends the change down the informer's watch (:mod:`keyqueue.informer`); the
 informer's handler adds ``default/{name}`` to a :class:`~keyqueue.RateLimitingQueue`; a
 :class:`keyqueue.Controller` with ``--workers`` threads takes keys and reconciles (reads the object from the
-informer's cache, then a simulated piece of work, a GIL-releasing sleep).
+informer's cache, then a simulated piece of work, a GIL-releasing sleep). With ``--trigger-process``
+(``PipelineConfig.trigger_process``) ``POST /trigger`` is served by a child process of its own instead
+(:mod:`keyqueue.lab.trigger_process`: the load's writer, as kubectl or another service would be in a cluster), and
+this process keeps ``GET /metrics``, ``/stats`` and ``/healthz`` on :attr:`Pipeline.metrics_url`.
 
-Every stage is timed inside this process with ``time.perf_counter_ns``:
+Every stage is timed with ``time.perf_counter_ns`` (``CLOCK_MONOTONIC`` on Linux, one clock for all processes: the
+trigger process's stamps are handed over when the pipeline settles or reports, never during the load):
 
 * **API write**: the client call of the trigger handler (request out, answer in);
 * **write done → informer handler**: from the moment the trigger handler has the API's answer to the moment the
@@ -45,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
 from keyqueue._signals import recorded_signals
@@ -65,6 +69,9 @@ from keyqueue.lab.handoff import HandoffProbe, HandoffSample
 from keyqueue.lab.load import LoadResult, percentile, run_load, run_load_subprocess
 from keyqueue.lab.race import SameKeyDetector
 from keyqueue.threaded import RateLimitingQueue
+
+if TYPE_CHECKING:
+    from keyqueue.lab.trigger_process import TriggerProcess
 
 __all__ = [
     "Pipeline",
@@ -105,6 +112,9 @@ class PipelineConfig:
     stats_interval: float = 5.0  #: seconds between [STATS] lines while serving; 0 = only at the end
     unsafe_no_fsync: bool = False  #: start etcd with --unsafe-no-fsync (faster, not durable; in-process server only)
     apiserver_process: bool = False  #: run the test API server in a child process (its own GIL) instead of here
+    #: serve ``POST /trigger`` from a child process of its own (:mod:`keyqueue.lab.trigger_process`) instead of this
+    #: process's loop; needs ``apiserver_process`` or ``kubeconfig`` (the child reads the kubeconfig)
+    trigger_process: bool = False
     switch_interval: float | None = None  #: sys.setswitchinterval while running (None: leave the interpreter's)
 
 
@@ -249,14 +259,16 @@ class _ApiWriter:
                 headers[setting["key"]] = setting["value"]
         return headers
 
-    async def send(self, method: str, path: str, body: dict[str, Any], content_type: str) -> tuple[int, str, bytes]:
-        """One request; returns (status, reason, body). Raises ``aiohttp.ClientError`` / ``OSError`` on failure."""
+    async def send(self, method: str, path: str, body: dict[str, Any] | None,
+                   content_type: str) -> tuple[int, str, bytes]:
+        """One request (``body`` sent as JSON; ``None``: no body); returns (status, reason, body). Raises
+        ``aiohttp.ClientError`` / ``OSError`` on failure."""
         import aiohttp
 
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=64, ssl=self._ssl if self._ssl is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         async with self._session.request(method, self.base + path, data=data,
                                          headers=self._headers(content_type)) as resp:
             return resp.status, str(resp.reason or ""), await resp.read()
@@ -267,22 +279,38 @@ class _ApiWriter:
             await session.close()
 
 
+class _TriggerTarget(Protocol):
+    """What the trigger server serves: a :class:`Pipeline`, or the trigger process's side
+    (:mod:`keyqueue.lab.trigger_process`)."""
+
+    async def trigger_async(self, name: str) -> dict[str, Any]: ...
+
+    def metrics_text(self) -> bytes | None: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+
 class _TriggerServer:
     """The trigger server: aiohttp on an event loop thread (:class:`keyqueue._httpserver.BackgroundHTTPServer`,
     with its connection, header, idle and body limits); each trigger is a coroutine on that loop
     (:meth:`Pipeline.trigger_async`: its API write is awaited there, no thread is involved). :meth:`refuse` makes
     new triggers answer 503 (the first step of a stop); :meth:`stop` lets triggers in flight finish (up to
-    ``timeout``), then closes the writer's connections."""
+    ``timeout``), then closes the writer's connections. ``triggers_at``: triggers are served elsewhere (the
+    pipeline's own server while a trigger process serves them): ``POST /trigger/...`` answers 404 naming that URL.
+    ``endpoints=False``: only ``POST /trigger`` and ``GET /healthz`` (the trigger process)."""
 
-    def __init__(self, pipeline: Pipeline, port: int, writer: _ApiWriter) -> None:
+    def __init__(self, pipeline: _TriggerTarget, port: int, writer: _ApiWriter | None, *, name: str = "trigger-server",
+                 triggers_at: str = "", endpoints: bool = True) -> None:
         from keyqueue._httpserver import BackgroundHTTPServer, HTTPLimits
 
         self.pipeline = pipeline
         self.writer = writer
         self.limits = HTTPLimits(max_body=64 * 1024)
         self.accepting = True
+        self.triggers_at = triggers_at
+        self.endpoints = endpoints
         self.http = BackgroundHTTPServer(self._handle, "127.0.0.1", port, limits=self.limits, error_body=_error_json,
-                                         name="trigger-server", after_stop=writer.close)
+                                         name=name, after_stop=writer.close if writer is not None else None)
 
     def start(self) -> None:
         self.http.start()
@@ -323,6 +351,9 @@ class _TriggerServer:
         if request.method == "POST":
             if not path.startswith("/trigger/"):
                 return _json_response(404, {"error": f"no such endpoint: POST {path} (use POST /trigger/{{name}})"})
+            if self.triggers_at:
+                return _json_response(404, {"error": f"triggers are served by the trigger process: POST "
+                                                     f"{self.triggers_at}{path}"})
             if not self.accepting:
                 return _json_response(503, {"error": "the pipeline is stopping: no new triggers"})
             try:
@@ -332,6 +363,10 @@ class _TriggerServer:
             return _json_response(200, result)
         if request.method != "GET":
             return _json_response(405, {"error": f"method {request.method} not allowed"})
+        if path == "/healthz":
+            return web.Response(status=200, body=b"ok\n", content_type="text/plain")
+        if not self.endpoints:
+            return _json_response(404, {"error": f"no such endpoint: GET {path} (the pipeline process serves it)"})
         if path == "/metrics":
             text = pipeline.metrics_text()
             if text is None:
@@ -341,9 +376,49 @@ class _TriggerServer:
                                                                                 "charset=utf-8"})
         if path == "/stats":
             return _json_response(200, pipeline.summary())
-        if path == "/healthz":
-            return web.Response(status=200, body=b"ok\n", content_type="text/plain")
         return _json_response(404, {"error": f"no such endpoint: GET {path}"})
+
+
+async def write_trigger(writer: _ApiWriter, namespace: str, name: str, seq: int, run_id: str,
+                        exists: Callable[[str], bool]) -> tuple[str, int, int, int]:
+    """A trigger's write: a merge patch of ConfigMap ``namespace/name`` with a new ``trigger-seq`` (a create if
+    ``exists(key)`` says it is missing; a 404 to the patch creates, a 409 to the create patches). Returns
+    ``(action, resourceVersion, t_api, t_done)`` (``perf_counter_ns`` around the request). Raises
+    :class:`TriggerError` (400 for a bad name, 502 when the API server refused or failed)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TriggerError(400, f"not a valid ConfigMap name: {name!r}")
+    key = f"{namespace}/{name}"
+    data = {"trigger-seq": str(seq), "trigger-run": run_id}  # never a no-op write (which keeps the RV)
+    known = exists(key)
+    collection = f"/api/v1/namespaces/{namespace}/configmaps"
+    patch = ("PATCH", f"{collection}/{name}", {"data": data}, "application/merge-patch+json")
+    create = ("POST", collection, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                   "data": data}, "application/json")
+    t_api = time.perf_counter_ns()
+    try:
+        action, (status, reason, raw) = ("updated", await writer.send(*patch)) if known else (
+            "created", await writer.send(*create))
+        if status == 404 and known:  # deleted meanwhile
+            action, (status, reason, raw) = "created", await writer.send(*create)
+        elif status == 409 and not known:  # created meanwhile (another trigger or client)
+            action, (status, reason, raw) = "updated", await writer.send(*patch)
+        t_done = time.perf_counter_ns()
+        if not 200 <= status < 300:
+            raise TriggerError(502, f"API server answered {status} {reason}")
+        obj = json.loads(raw)
+        rv = int(obj["metadata"]["resourceVersion"])
+    except TriggerError:
+        raise
+    except Exception as exc:  # connection refused/reset, timeout, an answer that is not an object
+        raise TriggerError(502, f"API request failed: {type(exc).__name__}: {exc}") from exc
+    return action, rv, t_api, t_done
+
+
+def trigger_answer(name: str, key: str, action: str, rv: int, seq: int, t_start: int, t_api: int, t_done: int,
+                   t_end: int) -> dict[str, Any]:
+    """The JSON answer of ``POST /trigger/{name}``."""
+    return {"name": name, "key": key, "action": action, "resourceVersion": str(rv), "seq": seq,
+            "api_ms": (t_done - t_api) / 1e6, "took_ms": (t_end - t_start) / 1e6}
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------------
@@ -412,6 +487,9 @@ class Pipeline:
             raise ValueError(f"reconcile must be >= 0 seconds, got {cfg.reconcile!r}")
         if cfg.switch_interval is not None and not cfg.switch_interval > 0:
             raise ValueError(f"switch_interval must be > 0 seconds, got {cfg.switch_interval!r}")
+        if cfg.trigger_process and not (cfg.apiserver_process or cfg.kubeconfig):
+            raise ValueError("trigger_process needs apiserver_process or a kubeconfig (the trigger process reads "
+                             "the API server's kubeconfig)")
         self._saved_switch_interval: float | None = None
         self._reconcile_hook = reconcile
         self.out = out if out is not None else sys.stdout
@@ -453,6 +531,7 @@ class Pipeline:
         self.controller: Controller[str] | None = None
         self._metrics: Any = None
         self._httpd: _TriggerServer | None = None
+        self._trigger_proc: TriggerProcess | None = None
         self._stats_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.api_url = ""
@@ -525,14 +604,24 @@ class Pipeline:
 
         self.controller.start()
 
-        httpd = _TriggerServer(self, cfg.port, self._writer)
-        httpd.start()
-        self._httpd = httpd
+        if cfg.trigger_process:
+            from keyqueue.lab.trigger_process import TriggerProcess
 
-        async def loop_thread() -> int:
-            return threading.get_ident()
+            kubeconfig = cfg.kubeconfig or self._child_kubeconfig
+            self._trigger_proc = TriggerProcess(kubeconfig, cfg.namespace, cfg.port, self._run_id).start()
+            # This process still serves GET /metrics, /stats, /healthz (a controller's own endpoint), idle while
+            # the load runs; its loop thread is not the trigger loop (the probe's loop column stays empty).
+            self._httpd = _TriggerServer(self, 0, None, name="pipeline-http", triggers_at=self._trigger_proc.url)
+            self._httpd.start()
+        else:
+            httpd = _TriggerServer(self, cfg.port, self._writer)
+            httpd.start()
+            self._httpd = httpd
 
-        self.probe.watch_loop_thread(httpd.run(loop_thread()))
+            async def loop_thread() -> int:
+                return threading.get_ident()
+
+            self.probe.watch_loop_thread(httpd.run(loop_thread()))
         if cfg.stats_interval > 0:
             self._stats_thread = threading.Thread(target=self._stats_loop, name="pipeline-stats", daemon=True)
             self._stats_thread.start()
@@ -604,10 +693,31 @@ class Pipeline:
 
     @property
     def url(self) -> str:
-        """The trigger server's base URL (``http://127.0.0.1:PORT``)."""
+        """The trigger server's base URL (``http://127.0.0.1:PORT``): this process's, or the trigger process's with
+        ``trigger_process``."""
+        if self._trigger_proc is not None:
+            return self._trigger_proc.url
+        return self.metrics_url
+
+    @property
+    def metrics_url(self) -> str:
+        """This process's HTTP server (``GET /metrics``, ``/stats``, ``/healthz``; also the triggers' unless
+        ``trigger_process``)."""
         if self._httpd is None:
             raise RuntimeError("pipeline not started")
         return f"http://127.0.0.1:{self._httpd.port}"
+
+    def _sync_triggers(self, records: list[Any] | None = None) -> None:
+        """Book the triggers the trigger process answered since the last call (nothing without one)."""
+        proc = self._trigger_proc
+        if records is None:
+            records = proc.collect() if proc is not None else []
+        for key, rv, t_start, t_api, t_done, t_end in records:
+            if rv < 0:
+                with self._lock:
+                    self._trigger_errors += 1
+            else:
+                self._note_trigger(key, rv, t_start, t_api, t_done, t_end)
 
     @property
     def apiserver(self) -> Any:
@@ -618,6 +728,8 @@ class Pipeline:
         """Stop the trigger server, the informer, the queue (workers finish their key and exit), the API server.
         Idempotent; joins every thread it started."""
         self._stop.set()
+        if self._trigger_proc is not None:
+            self._sync_triggers(self._trigger_proc.stop())  # first: the load's writer; it lets triggers finish
         if self._httpd is not None:
             self._httpd.stop(5.0)
         if self.informer is not None:
@@ -682,72 +794,72 @@ class Pipeline:
         httpd = self._httpd
         if httpd is None:
             raise TriggerError(503, "pipeline not started")
+        if self._trigger_proc is not None:
+            return self._trigger_over_http(name)
         result: dict[str, Any] = httpd.run(self.trigger_async(name))
+        return result
+
+    def _trigger_over_http(self, name: str) -> dict[str, Any]:
+        import http.client
+        import urllib.parse
+
+        assert self._trigger_proc is not None
+        conn = http.client.HTTPConnection("127.0.0.1", self._trigger_proc.port, timeout=60)
+        try:
+            conn.request("POST", "/trigger/" + urllib.parse.quote(name, safe=""), body=b"",
+                         headers={"Content-Length": "0"})
+            resp = conn.getresponse()
+            body = json.loads(resp.read() or b"{}")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise TriggerError(503, f"the trigger process did not answer: {type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise TriggerError(resp.status, str(body.get("error", body)))
+        result: dict[str, Any] = body
         return result
 
     async def trigger_async(self, name: str) -> dict[str, Any]:
         """:meth:`trigger` as a coroutine; it must run on the trigger server's loop (the writer's connections
         belong to it)."""
         t_start = time.perf_counter_ns()
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise TriggerError(400, f"not a valid ConfigMap name: {name!r}")
-        writer = self._writer
-        if writer is None or self.informer is None:
+        writer, informer = self._writer, self.informer
+        if writer is None or informer is None:
             raise TriggerError(503, "pipeline not started")
-        ns = self.config.namespace
-        key = f"{ns}/{name}"
         with self._lock:
             self._trigger_seq += 1
             seq = self._trigger_seq
-        data = {"trigger-seq": str(seq), "trigger-run": self._run_id}  # never a no-op write (which keeps the RV)
-        exists = self.informer.store.get_by_key(key) is not None
-        collection = f"/api/v1/namespaces/{ns}/configmaps"
-        patch = ("PATCH", f"{collection}/{name}", {"data": data}, "application/merge-patch+json")
-        create = ("POST", collection, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-                                       "data": data}, "application/json")
-        t_api = time.perf_counter_ns()
+        ns = self.config.namespace
         try:
-            action, (status, reason, raw) = ("updated", await writer.send(*patch)) if exists else (
-                "created", await writer.send(*create))
-            if status == 404 and exists:  # deleted meanwhile
-                action, (status, reason, raw) = "created", await writer.send(*create)
-            elif status == 409 and not exists:  # created meanwhile (another trigger or client)
-                action, (status, reason, raw) = "updated", await writer.send(*patch)
-            t_done = time.perf_counter_ns()
-            if not 200 <= status < 300:
+            action, rv, t_api, t_done = await write_trigger(
+                writer, ns, name, seq, self._run_id, lambda key: informer.store.get_by_key(key) is not None)
+        except TriggerError as exc:
+            if exc.status >= 500:  # the API's failures; a bad name (400) is the caller's
                 with self._lock:
                     self._trigger_errors += 1
-                raise TriggerError(502, f"API server answered {status} {reason}")
-            obj = json.loads(raw)
-            rv = int(obj["metadata"]["resourceVersion"])
-        except TriggerError:
             raise
-        except Exception as exc:  # connection refused/reset, timeout, an answer that is not an object
-            with self._lock:
-                self._trigger_errors += 1
-            raise TriggerError(502, f"API request failed: {type(exc).__name__}: {exc}") from exc
-        api_ns = t_done - t_api
-        event_first = None
+        t_end = time.perf_counter_ns()
+        self._note_trigger(f"{ns}/{name}", rv, t_start, t_api, t_done, t_end)
+        self._log("[TRIGGER]", f"[TRIGGER] POST /trigger/{name} action={action} rv={rv} "
+                               f"took={format_duration((t_done - t_api) / 1e9)}")
+        return trigger_answer(name, f"{ns}/{name}", action, rv, seq, t_start, t_api, t_done, t_end)
+
+    def _note_trigger(self, key: str, rv: int, t_start: int, t_api: int, t_done: int, t_end: int) -> None:
+        """Book one answered trigger (from this process's trigger server or the trigger process's records): its
+        stage samples, the resourceVersion the verification waits for, and the write → event pairing."""
         with self._lock:
             self._triggers += 1
             if rv > self._last_trigger_rv.get(key, 0):
                 self._last_trigger_rv[key] = rv
-            self._samples.api.append(api_ns)
+            self._samples.api.append(t_done - t_api)
             seen = self._event_seen.pop((key, rv), None)
             if seen is None:
                 if len(self._write_done) >= _MAX_UNMATCHED:
                     self._write_done.clear()
                 self._write_done[(key, rv)] = t_done
             else:
-                event_first = seen - t_done
-                self._samples.write_to_event.append(event_first)
-        t_end = time.perf_counter_ns()
-        with self._lock:
+                self._samples.write_to_event.append(seen - t_done)
             self._samples.handler.append(t_end - t_start)
-        self._log("[TRIGGER]", f"[TRIGGER] POST /trigger/{name} action={action} rv={rv} "
-                               f"took={format_duration(api_ns / 1e9)}")
-        return {"name": name, "key": key, "action": action, "resourceVersion": str(rv), "seq": seq,
-                "api_ms": api_ns / 1e6, "took_ms": (t_end - t_start) / 1e6}
 
     # -- informer handlers (informer thread) -----------------------------------------------------------------
 
@@ -881,18 +993,22 @@ class Pipeline:
 
     def wait_reconciled(self, timeout: float) -> bool:
         """Block until every triggered name has been reconciled after its last trigger (``True``), or
-        ``timeout`` seconds passed (``False``)."""
+        ``timeout`` seconds passed (``False``). With ``trigger_process`` the triggers it answered are collected
+        first, and again every 0.5 s while waiting."""
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._lost_names():
+        while True:
+            self._sync_triggers()
+            with self._cond:
+                if not self._lost_names():
+                    return True
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(min(left, 0.5))
-            return True
 
     def verify(self) -> Verification:
         """The correctness check, now (call :meth:`wait_reconciled` first)."""
+        self._sync_triggers()
         with self._lock:
             lost = self._lost_names()
             return Verification(
@@ -907,6 +1023,7 @@ class Pipeline:
     def reset_measurements(self) -> None:
         """Forget the latency samples taken so far (e.g. after a warm-up). Counters and the verification's
         per-name bookkeeping are kept."""
+        self._sync_triggers()  # the trigger process's records so far belong to what is forgotten
         with self._lock:
             self._samples = _Samples()
             if self.queue is not None:
@@ -914,9 +1031,12 @@ class Pipeline:
                 self.queue.busy_ns = []
 
     def process_ids(self) -> dict[str, int]:
-        """PIDs of the processes on the path: ``pipeline`` (this one), ``apiserver`` (this one unless
-        ``apiserver_process``), ``etcd`` (when the test API server runs on etcd). Empty entries are left out."""
+        """PIDs of the processes on the path: ``pipeline`` (this one), ``trigger`` (with ``trigger_process``),
+        ``apiserver`` (this one unless ``apiserver_process``), ``etcd`` (when the test API server runs on etcd).
+        Empty entries are left out."""
         pids = {"pipeline": os.getpid()}
+        if self._trigger_proc is not None and self._trigger_proc.pid:
+            pids["trigger"] = self._trigger_proc.pid
         if self._child is not None:
             pids["apiserver"] = self._child.pid
             etcd = _child_pids(self._child.pid)
@@ -930,6 +1050,7 @@ class Pipeline:
 
     def stages(self, recent: int = 0) -> dict[str, StageStats]:
         """Per-stage latency statistics so far; with ``recent > 0``, of each stage's last ``recent`` samples."""
+        self._sync_triggers()
         with self._lock:
             s = self._samples
             done = self.queue.done_ns if self.queue is not None else []
@@ -983,6 +1104,7 @@ class Pipeline:
 
     def counters(self) -> tuple[int, int, int]:
         """(triggers handled, informer events, reconciles) so far."""
+        self._sync_triggers()
         with self._lock:
             return self._triggers, self._events, self._reconciles
 
@@ -994,6 +1116,7 @@ class Pipeline:
             "api_server": self.api_url,
             "backend": "kubeconfig" if self.config.kubeconfig else self.config.backend,
             "apiserver_process": bool(self.config.apiserver_process and not self.config.kubeconfig),
+            "trigger_process": self.config.trigger_process,
             "switch_interval_s": sys.getswitchinterval(),
             "workers": self.config.workers,
             "reconcile_s": self.config.reconcile,
@@ -1041,6 +1164,8 @@ class Pipeline:
 
     def refuse_triggers(self) -> None:
         """The first step of a stop: from now on ``POST /trigger/...`` answers 503 (triggers in flight finish)."""
+        if self._trigger_proc is not None:
+            self._trigger_proc.refuse()
         if self._httpd is not None:
             self._httpd.refuse()
 
@@ -1149,6 +1274,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apiserver", choices=("process", "thread"), default="process",
                         help="run the test API server (and its etcd) in a child process, as a real cluster's would "
                              "be (default), or in threads of this process (it then shares this process's GIL)")
+    parser.add_argument("--trigger-process", action="store_true",
+                        help="serve POST /trigger from a child process of its own (the load's writer, as kubectl or "
+                             "another service would be) instead of this process's loop; needs --apiserver process "
+                             "or --kubeconfig")
     parser.add_argument("--switch-interval", type=parse_duration, default=None,
                         help="set the interpreter's GIL switch interval while running (default: leave it, 5ms); "
                              "a shorter one lets a thread woken by I/O take the GIL from CPU-bound threads sooner")
@@ -1192,7 +1321,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
                          unsafe_no_fsync=args.unsafe_no_fsync, apiserver_process=args.apiserver == "process",
-                         switch_interval=args.switch_interval)
+                         trigger_process=args.trigger_process, switch_interval=args.switch_interval)
     try:
         pipeline = Pipeline(cfg, out=out)
     except ValueError as exc:
@@ -1211,8 +1340,9 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
             how = "a child process" if cfg.apiserver_process else "this process"
             where = (f"test API server {pipeline.api_url} ({cfg.backend} storage, in {how}; a Kubernetes-API-"
                      "compatible server for ConfigMaps, not kube-apiserver)")
-        print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}, metrics on {pipeline.url}/metrics; {where}; "
-              f"{cfg.workers} workers", file=out, flush=True)
+        served = " (a child process)" if cfg.trigger_process else ""
+        print(f"pipeline: triggers on {pipeline.url}/trigger/{{name}}{served}, metrics on "
+              f"{pipeline.metrics_url}/metrics; {where}; {cfg.workers} workers", file=out, flush=True)
         view = None
         if not getattr(args, "plain", False) and out.isatty():
             from keyqueue.lab.pipeline_view import start_live_view
