@@ -61,8 +61,7 @@ GET_MARGIN: Final = 0.5
 
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 _LUA_COMMENT = re.compile(r"--[^\n]*")  # the scripts have no "--" inside string literals
-# lib.lua's names (key names, constants, the queue time), one per line: a script keeps only those its code uses (and
-# those the kept lines use). P is always kept.
+# lib.lua's names (key names, constants), one per line: a script keeps only those its code uses. P is always kept.
 _LUA_NAME = re.compile(r"^local ([A-Z][A-Z_]+) = ")
 # An operation's cold part (see script_source): from a line "--: cold ..." to one "--: end cold" or the end of the file.
 _LUA_COLD = re.compile(r"^[ \t]*--: cold\b[^\n]*\n(.*?)(?:^[ \t]*--: end cold[^\n]*\n|\Z)", re.MULTILINE | re.DOTALL)
@@ -131,8 +130,7 @@ def script_source(operation: str) -> str:
         funcs = "".join(body for name, body in functions if name in needed)
         used = _LUA_COMMENT.sub("", funcs + code)
         lines = []
-        # Backwards, so that a kept name's own line counts as code using the names above it (NOW uses CLOCK).
-        for line in reversed(prologue.splitlines(keepends=True)):
+        for line in prologue.splitlines(keepends=True):
             m = _LUA_NAME.match(line)
             if m is None:
                 if names_too:  # the prologue's other lines (comments, P) once, at the top
@@ -140,8 +138,7 @@ def script_source(operation: str) -> str:
             elif m.group(1) not in exclude and re.search(rf"\b{m.group(1)}\b", used):
                 lines.append(line)
                 needed.add(m.group(1))
-                used += _LUA_COMMENT.sub("", line[m.end():])
-        return "".join(reversed(lines)) + funcs, needed
+        return "".join(lines) + funcs, needed
 
     text, hot_defined = definitions(hot, set(), True)
     parts, pos = [text + "\n"], 0

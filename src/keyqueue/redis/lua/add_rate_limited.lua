@@ -5,7 +5,7 @@
 -- ARGV: 1 now, 2 key, 3 limiter tree as JSON (see keyqueue.redis._protocol.limiter_tree), 4 "1" to record the
 -- failure only, without the add (a handle that is shut down: client-go still consults its limiter).
 -- Returns {add_after's result (0 when recording only), the delay in seconds as a string}.
-local now = NOW
+local now = now_us()
 local key = ARGV[2]
 
 -- JSON has no infinity: the tree writes it as the string "inf".

@@ -14,7 +14,7 @@
 -- (reclaimed or fired), waited how long the key was dirty before this get (microseconds; workqueue_queue_duration;
 -- "-" if unknown), wake the next wake-up time in microseconds ("-": none). When leases ran out and were reclaimed,
 -- the reply is {that string, the reclaimed keys} instead.
-local now = NOW
+local now = now_us()
 local expired, reclaimed, fired, promoted, due, write = false, 0, 0, 0, read_due(), false
 if due <= now then -- something may have run out or fallen due
   --: cold
@@ -29,20 +29,14 @@ end
 local reply
 local key = redis.call('LPOP', FIFO)
 if not key then
-  --: cold (int, for the numbers of the reply, is defined only where a path formats one)
   local wake = '-'
   if due ~= INF then wake = int(due) end -- a lower bound of the next change (the hint): at worst an early wake-up
   reply = '0 ' .. head .. wake .. ' ' .. int(now)
-  --: end cold
 else
   local since = false -- the key's entry is waiting ("<since>"), as every fifo key's
   if ARGV[4] == '1' then since = redis.call('HGET', STATE, key) end
   local seq = redis.call('INCR', SEQ)
-  if seq >= 1e14 then -- below 10^14 concatenation is exact (and cheaper than formatting)
-    --: cold
-    seq = int(seq)
-    --: end cold
-  end
+  if seq >= 1e14 then seq = int(seq) end -- below 10^14 concatenation is exact (and cheaper than formatting)
   local lease = seq .. '|' .. ARGV[3]
   redis.call('HSET', STATE, key, '@' .. lease) -- handed out, clean: the dirty mark goes with the waiting entry
   local deadline = now + tonumber(ARGV[2])
@@ -52,11 +46,7 @@ else
   end
   local waited = '-'
   since = since and tonumber(since) -- an entry without a time ("") is unknown too
-  if since then
-    --: cold
-    waited = int(math.max(0, now - since))
-    --: end cold
-  end
+  if since then waited = int(math.max(0, now - since)) end
   reply = '1 ' .. head .. waited .. ' ' .. lease .. ' ' .. key
 end
 if write then -- after catch_up, or a deadline below the hint

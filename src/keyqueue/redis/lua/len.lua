@@ -2,7 +2,7 @@
 -- the dirty keys (client-go's depth; a metrics scrape reads it here): the fifo and the "!" keys (counters).
 -- Invariant kept: the same as get's reclaim and promote steps; nothing is handed out.
 -- ARGV: 1 now.  Returns {fifo length, dirty keys, keys that became dirty in this script}.
-local now = NOW
+local now = now_us()
 local reclaimed, promoted = 0, 0
 if read_due() <= now then -- something may have run out or fallen due
   --: cold

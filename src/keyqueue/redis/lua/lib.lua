@@ -40,8 +40,7 @@
 -- microsecond times used here; only text built in Lua (replies, hash values) needs int() (Lua's own number
 -- formatting keeps 14 digits). Formatting a number costs Redis ~0.4 µs either way, so the hot paths pass text they
 -- already have where they can (since_text).
--- One name per line: a script keeps only the names its code uses, and those they use (script_source drops the
--- others).
+-- One key name per line: a script keeps only the names its code uses (script_source drops the others).
 local P = KEYS[1]
 local FIFO = P .. 'fifo'
 local STATE = P .. 'state'
@@ -58,11 +57,6 @@ local BATCH = 1000 -- most expired leases / due delayed keys moved by one script
 local INF = math.huge
 -- Go's InfDuration (2^63-1 ns) in seconds: a longer delay means "never".
 local MAX_DELAY_S = 9223372036.854775807
--- The queue time (ARGV[1], above) in microseconds, read once where a script starts to use NOW: names rather than a
--- function, since a function defined in a script is created on every call (see catch_up). CLOCK is Redis's TIME
--- when the caller sent no time, else false.
-local CLOCK = ARGV[1] == '' and redis.call('TIME')
-local NOW = CLOCK and tonumber(CLOCK[1]) * 1000000 + tonumber(CLOCK[2]) or tonumber(ARGV[1])
 
 -- Integers as exact decimal strings, for text built in Lua (concatenation would keep 14 digits).
 local function int(n)
@@ -73,6 +67,14 @@ end
 local function flt(x)
   if x == INF then return 'inf' end
   return string.format('%.17g', x)
+end
+
+local function now_us()
+  if ARGV[1] ~= '' then
+    return tonumber(ARGV[1])
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- An add's time for the key's entry as exact decimal text (what is stored), without formatting a number: ARGV[1]

@@ -2,7 +2,7 @@
 -- lease. Invariant kept: a lease that is no longer current (its key's "@"/"!" entry names another lease, or the key
 -- has none) is never extended, so a holder that was cut off cannot take a key back.
 -- ARGV: 1 now, 2 lease length in microseconds, then key/lease pairs.  Returns the keys whose lease is lost.
-local now = NOW
+local now = now_us()
 local deadline = now + tonumber(ARGV[2])
 local lost = {}
 local renewed = false
