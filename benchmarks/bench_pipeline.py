@@ -251,7 +251,8 @@ G_PIPELINE = "pipeline (benchmarks/bench_pipeline.py: trigger → API server →
 def cases(smoke: bool, run: Callable[[str, argparse.Namespace], dict[str, Any]] | None = None) -> list[Case]:
     """The issue-18 pipeline rows of ``python -m benchmarks``: one pipeline run (etcd with fsync on, the API server
     in a child process, 4 workers, 2 ms reconciles), whose concurrency-1 phase (500 triggers) is the baseline of its
-    concurrency-10 phase (1,000 triggers), both in the same run. ``--smoke`` skips them: starting etcd, the API
+    concurrency-10 phase (1,000 triggers), both in the same run; then the same run with the trigger server in a
+    child process (``pipeline.get_tp``, against ``pipeline.get``). ``--smoke`` skips them: starting etcd, the API
     server and the load generator takes longer than the whole smoke run, and ``tests/pipeline`` runs this script's
     own ``--smoke``. A run whose final check (every triggered name reconciled after its last trigger) fails, or that
     had load errors, raises: its figures would not describe a working pipeline. ``run`` replaces :func:`run_mode`
@@ -263,30 +264,30 @@ def cases(smoke: bool, run: Callable[[str, argparse.Namespace], dict[str, Any]] 
 
     run_pipeline = run_mode if run is None else run
     args = argparse.Namespace(backend="etcd", workers=4, reconcile=0.002, switch_interval=None, warmup=40,
-                              concurrency=10, requests=1000, keys=20, floor=True, pin=False)
-    memo: dict[str, Any] = {}
+                              concurrency=10, requests=1000, keys=20, floor=True, pin=False, trigger_process=False)
+    memo: dict[bool, Any] = {}
 
-    def measured() -> dict[str, Any] | Skip:
-        if "out" not in memo and smoke:
-            memo["out"] = Skip("full runs only (etcd, the API server and a load generator; tests/pipeline runs "
-                               "bench_pipeline.py --smoke)")
-        if "out" not in memo and run is None:
+    def measured(trigger_process: bool) -> dict[str, Any] | Skip:
+        if trigger_process not in memo and smoke:
+            memo[trigger_process] = Skip("full runs only (etcd, the API server and a load generator; "
+                                         "tests/pipeline runs bench_pipeline.py --smoke)")
+        if trigger_process not in memo and run is None:
             try:
                 find_etcd_binary()
             except FileNotFoundError as e:
-                memo["out"] = Skip(f"no etcd binary ({e})")
-        if "out" not in memo:
-            result = run_pipeline("process", args)
+                memo[trigger_process] = Skip(f"no etcd binary ({e})")
+        if trigger_process not in memo:
+            result = run_pipeline("process", argparse.Namespace(**{**vars(args), "trigger_process": trigger_process}))
             for phase in result["phases"]:
                 if not phase["verification"]["ok"] or phase["load"]["errors"]:
                     raise RuntimeError(f"pipeline run at concurrency {phase['concurrency']} failed its check: "
                                        f"verification {phase['verification']}, load errors {phase['load']['errors']}")
-            memo["out"] = result
-        return cast("dict[str, Any] | Skip", memo["out"])
+            memo[trigger_process] = result
+        return cast("dict[str, Any] | Skip", memo[trigger_process])
 
-    def row(phase_index: int, stage: str) -> Callable[[Context], Measurement | Skip]:
+    def row(phase_index: int, stage: str, trigger_process: bool = False) -> Callable[[Context], Measurement | Skip]:
         def measure(ctx: Context) -> Measurement | Skip:
-            out = measured()
+            out = measured(trigger_process)
             if isinstance(out, Skip):
                 return out
             phase = out["phases"][phase_index]
@@ -313,6 +314,12 @@ def cases(smoke: bool, run: Callable[[str, argparse.Namespace], dict[str, Any]] 
              needs=("pipeline.get_c1",)),
         Case("pipeline.get_idle", f"the same, adds that found a worker idle (concurrency {c})", G_PIPELINE,
              row(1, "enqueue_to_get_idle"), baseline="pipeline.get_c1", needs=("pipeline.get_c1",)),
+        # A second run of its own: the trigger server in a child process (--trigger-process), as a controller's
+        # process is in a cluster (only informer, queue and workers). Reported beside the row, which keeps the
+        # seed's arrangement (the HTTP handler in the controller's process) and its target.
+        Case("pipeline.get_tp", f"the same, every add, trigger server in a process of its own (concurrency {c})",
+             G_PIPELINE, row(1, "enqueue_to_get", trigger_process=True), baseline="pipeline.get",
+             needs=("pipeline.get",)),
     ]
 
 

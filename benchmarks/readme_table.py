@@ -30,7 +30,7 @@ END = "<!-- benchmark-table:end -->"
 
 #: Rows without a target that the README's text talks about (A/B rows, the asyncio iteration, the peers).
 ALSO = ("cycle.no_busy_check", "aio.iter", "base.aiok8s", "metrics.hooks", "metrics.noop", "prio.cycle",
-        "redis.cycle", "redis.procs4", "redis.idle", "pipeline.get_idle")
+        "redis.cycle", "redis.procs4", "redis.idle", "pipeline.get_idle", "pipeline.get_tp")
 
 
 def _cell(text: str) -> str:

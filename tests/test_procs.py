@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +71,21 @@ def test_control_a_plain_child_outlives_its_parent() -> None:
 def test_with_setpriv_no_python_code_runs_in_the_forked_child() -> None:
     argv, preexec = die_with_parent(["etcd", "--name", "x"])
     assert preexec is None  # so Popen may vfork: no fork handlers, no Python between fork and exec
-    assert argv[-4:] == ["--", "etcd", "--name", "x"] and "--pdeathsig" in argv
+    assert argv[-4:] == ["sh", "etcd", "--name", "x"] and "--pdeathsig" in argv
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv is not installed")
+def test_a_child_whose_parent_is_gone_before_the_signal_is_set_does_not_run(tmp_path: Path) -> None:
+    """The race setpriv alone leaves open (the parent dies between the fork and the prctl, and no signal ever
+    comes): the wrapped command runs only if the process that asked for it is still its parent. Here a middleman
+    process starts it, which is what the child of a dead parent sees too (its parent is no longer the asker)."""
+    marker = tmp_path / "ran"
+    argv, _ = die_with_parent(["touch", str(marker)])
+    via_middleman = subprocess.run([sys.executable, "-c", "import subprocess, sys; "
+                                    "sys.exit(subprocess.run(sys.argv[1:]).returncode)", *argv], check=False)
+    assert via_middleman.returncode == 1 and not marker.exists()
+    direct = subprocess.run(argv, check=False)  # the control: started by the asker itself, it runs
+    assert direct.returncode == 0 and marker.exists()
 
 
 def test_outside_the_main_thread_nothing_is_added() -> None:

@@ -32,7 +32,8 @@ def die_with_parent(argv: Sequence[str]) -> tuple[list[str], Callable[[], None] 
 
     Where util-linux's ``setpriv`` is installed (it is on Debian), ``argv`` is prefixed with
     ``setpriv --pdeathsig TERM --``, which sets the signal and then executes the command (the same process, so
-    the signal stays set), and there is no ``preexec_fn``. That matters: a ``preexec_fn`` runs Python code in the
+    the signal stays set) through ``sh``, which first exits with status 1 if the parent died before the signal
+    was set; there is no ``preexec_fn``. That matters: a ``preexec_fn`` runs Python code in the
     forked child of a process that has other threads, and it makes ``Popen`` use ``fork()`` instead of ``vfork()``,
     so the libraries' fork handlers run in the child too. gRPC's (loaded by the etcd client) then restarted its
     poller there, which found its epoll descriptor closed by ``close_fds`` and aborted the child before it could
@@ -44,9 +45,13 @@ def die_with_parent(argv: Sequence[str]) -> tuple[list[str], Callable[[], None] 
     command = list(argv)
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return command, None
-    setpriv = shutil.which("setpriv")
-    if setpriv is not None:
-        return [setpriv, "--pdeathsig", "TERM", "--", *command], None
+    setpriv, sh = shutil.which("setpriv"), shutil.which("sh")
+    if setpriv is not None and sh is not None:
+        # The parent may die between the fork and setpriv's prctl, and then no signal ever comes: the shell, started
+        # with the signal already set, checks that its parent is still the process that started it before it
+        # executes the command (the same check the preexec hook makes).
+        check = f'[ "$PPID" = {os.getpid()} ] || exit 1; exec "$@"'
+        return [setpriv, "--pdeathsig", "TERM", "--", sh, "-c", check, "sh", *command], None
     return command, die_with_parent_hook()
 
 

@@ -58,20 +58,24 @@ def test_benchmark_rows_report_the_pipeline_phases() -> None:
     calls: list[Any] = []
 
     def fake_run(mode: str, args: Any) -> dict[str, Any]:
-        calls.append((mode, args.concurrency, args.requests, args.backend))
-        return {"phases": [_phase(1, 100e-6, 90e-6), _phase(10, 400e-6, 250e-6)], "loadavg_after": (1.0, 1.0, 1.0)}
+        calls.append((mode, args.concurrency, args.requests, args.backend, args.trigger_process))
+        c10 = 200e-6 if args.trigger_process else 400e-6
+        return {"phases": [_phase(1, 100e-6, 90e-6), _phase(10, c10, 250e-6)], "loadavg_after": (1.0, 1.0, 1.0)}
 
     rows = cases(smoke=False, run=fake_run)
     ctx = Context(smoke=False)
     for case in rows:
         ctx.results[case.id] = Result(case, case.run(ctx))  # type: ignore[arg-type]
     evaluate(ctx.results)
-    assert calls == [("process", 10, 1000, "etcd")]  # one run for all three rows
+    # one run for the three rows of the seed's arrangement, one with the trigger server in a child process
+    assert calls == [("process", 10, 1000, "etcd", False), ("process", 10, 1000, "etcd", True)]
     assert ctx.results["pipeline.get_c1"].median == pytest.approx(100.0)
     get = ctx.results["pipeline.get"]
     assert get.median == pytest.approx(400.0) and get.ratio == pytest.approx(4.0)
     assert get.verdict == "MISS"  # 400 µs > 300 µs
     assert ctx.results["pipeline.get_idle"].median == pytest.approx(250.0)
+    tp = ctx.results["pipeline.get_tp"]
+    assert tp.median == pytest.approx(200.0) and tp.ratio == pytest.approx(0.5) and tp.verdict == ""  # no target
 
 
 def test_benchmark_rows_refuse_a_run_that_failed_its_check() -> None:
