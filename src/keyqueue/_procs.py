@@ -8,12 +8,13 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["die_with_parent", "die_with_parent_hook", "free_port"]
+__all__ = ["die_with_parent", "die_with_parent_hook", "free_port", "wait_or_kill"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -21,6 +22,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def wait_or_kill(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``proc`` to exit; if it has not, SIGKILL it and reap it (blocks up to 5 s
+    more for that)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 _PR_SET_PDEATHSIG: Final = 1

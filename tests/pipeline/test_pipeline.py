@@ -403,27 +403,34 @@ def test_the_api_server_child_has_its_own_process_group_in_this_session(pipeline
     assert p.trigger("in-a-group")["action"] == "created"
 
 
-def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
+def _kill_pipeline_and_expect_gone(proc: Any, children: dict[str, int]) -> None:
+    """SIGKILL the pipeline ``proc`` and wait for each of its ``children`` (what → pid) to exit. No cleanup code runs
+    in the pipeline: a child must notice by itself (the kernel's parent-death signal, or the end of its stdin
+    pipe), stop in order, or be ended by its own watchdog (apiserver.cli.STOP_GRACE)."""
     import signal
 
-    proc, child = _start_cli(tmp_path)
     try:
-        # No cleanup code runs in the pipeline: the child must notice by itself (the kernel's parent-death signal,
-        # or the end of its stdin pipe), stop in order, or be ended by its own watchdog (apiserver.cli.STOP_GRACE).
         proc.send_signal(signal.SIGKILL)
         proc.wait(WAIT)
-        try:
-            wait_until(lambda: _gone(child), "the API server child exiting after its parent was killed", 3 * WAIT)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{_diagnose(child)}") from None
+        for what, pid in children.items():
+            try:
+                wait_until(lambda pid=pid: _gone(pid), f"the {what} exiting after its parent was killed", 3 * WAIT)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{_diagnose(pid)}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
-        if not _gone(child):
-            os.kill(child, signal.SIGKILL)  # never leak the child, even when the test failed
+        for pid in children.values():
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)  # never leak a child, even when the test failed
+
+
+def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
+    proc, child = _start_cli(tmp_path)
+    _kill_pipeline_and_expect_gone(proc, {"API server child": child})
 
 
 def _diagnose(pid: int) -> str:
@@ -605,25 +612,13 @@ def test_trigger_process_needs_a_kubeconfig_to_hand_over() -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_killed_pipeline_takes_its_trigger_process_along(tmp_path: Path) -> None:
-    import signal
-
     proc, apiserver = _start_cli(tmp_path, "--trigger-process")
     triggers = [c for c in _children(proc.pid) if "keyqueue.lab.trigger_process" in _cmdline(c)]
+    children = {"API server child": apiserver, **{f"trigger process {pid}": pid for pid in triggers}}
     try:
         assert len(triggers) == 1, triggers
-        proc.send_signal(signal.SIGKILL)  # no cleanup runs in the pipeline
-        proc.wait(WAIT)
-        wait_until(lambda: _gone(triggers[0]), "the trigger process exiting after its parent was killed", 3 * WAIT)
-        wait_until(lambda: _gone(apiserver), "the API server child exiting after its parent was killed", 3 * WAIT)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        for pid in (*triggers, apiserver):
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)  # never leak a child, even when the test failed
+        _kill_pipeline_and_expect_gone(proc, children)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")

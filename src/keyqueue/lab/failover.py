@@ -32,6 +32,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from keyqueue._procs import wait_or_kill
 from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
 from keyqueue.leaderelection import Interval, find_overlaps
 
@@ -212,11 +213,7 @@ class _Replicas:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            wait_or_kill(proc, 15)
             if proc.stdout is not None:
                 proc.stdout.close()
 

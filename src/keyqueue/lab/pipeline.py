@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from keyqueue._core import DEDUP, MARKED, QUEUED
+from keyqueue._procs import wait_or_kill
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer, meta_namespace_key
@@ -674,11 +675,7 @@ class Pipeline:
         if child is not None:
             if child.poll() is None:
                 child.terminate()  # SIGTERM: it stops its server and etcd
-                try:
-                    child.wait(15)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait(5)
+                wait_or_kill(child, 15)
             if self._child_reader is not None:
                 self._child_reader.join(5.0)  # it reaches the end of the output now that the child is gone
                 self._child_reader = None

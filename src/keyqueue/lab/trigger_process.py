@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any, Final
 
+from keyqueue._procs import wait_or_kill
+
 __all__ = ["TriggerProcess", "TriggerRecord", "main"]
 
 #: (key, resourceVersion or -1 for a failed trigger, t_start, t_api, t_done, t_end) in ``perf_counter_ns``
@@ -261,11 +263,7 @@ class TriggerProcess:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+                wait_or_kill(proc, 5)
             if self._reader is not None:
                 self._reader.join(5.0)
             if proc.stdout is not None:
