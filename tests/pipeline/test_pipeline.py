@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -418,14 +418,22 @@ def _kill_pipeline_and_expect_gone(proc: Any, children: dict[str, int]) -> None:
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{_diagnose(pid)}") from None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        for pid in children.values():
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)  # never leak a child, even when the test failed
+        _reap(proc, children.values())
+
+
+def _reap(proc: Any, children: Iterable[int]) -> None:
+    """Cleanup after a pipeline test: kill and wait for ``proc`` if it still runs, close its output, and SIGKILL
+    each of ``children`` still alive (never leak a child, even when the test failed)."""
+    import signal
+
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+    for pid in children:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_killed_pipeline_takes_its_api_server_child_along(tmp_path: Path) -> None:
@@ -474,11 +482,7 @@ def test_sigterm_during_a_built_in_load_stops_in_order_with_one_verdict(tmp_path
         assert _gone(child)  # stopped (and waited for) before the exit, not left to the kernel
         assert all(_gone(pid) for pid in loaders)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _reap(proc, [child])
     verdicts = [line for line in text.splitlines() if line.startswith("verification:")]
     assert len(verdicts) == 1, text
     assert "SIGTERM during the load: no new triggers" in text
@@ -652,14 +656,7 @@ def test_ctrl_c_reaches_the_pipeline_only_and_it_stops_the_trigger_process_in_or
         text = proc.stdout.read()
         assert _gone(triggers[0])  # stopped (and waited for) by the pipeline before its exit
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-        for pid in triggers:
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)
+        _reap(proc, triggers)
     verdicts = [line for line in text.splitlines() if line.startswith("verification:")]
     assert len(verdicts) == 1 and verdicts[0].endswith("INTERRUPTED (verified so far)"), text
     assert code == 130, text
