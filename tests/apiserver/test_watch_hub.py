@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -145,7 +146,7 @@ def test_a_failed_stream_fails_every_watch_and_the_next_watch_opens_a_new_one(ba
     a = backend.watch(root, backend.revision() + 1)
     b = backend.watch(root + "x/", backend.revision() + 1)
     hub = _hub(backend)
-    hub._call.cancel()  # what a lost connection to etcd does to the stream
+    hub._loop.loop.call_soon_threadsafe(hub._call.cancel)  # what a lost connection to etcd does to the stream
     for w in (a, b):
         with pytest.raises(BackendUnavailableError):
             w.next(5.0)
@@ -205,3 +206,28 @@ def test_a_requested_progress_notification_covers_changes_outside_the_prefix(roo
             quiet.close()
             busy.close()
             backend.close()
+
+
+def test_every_watch_stream_is_read_on_the_backends_one_loop_thread(etcd_proc: EtcdProcess, root: str) -> None:
+    # No thread per watch: the streams (dedicated ones and the hub's) share one asyncio loop, which ends with the
+    # backend. The old reader started a thread per stream; this fails on it.
+    backend = EtcdBackend(etcd_proc.endpoint)
+    backend.share_watches(root)
+    first = backend.watch("/elsewhere-0/", backend.revision() + 1)
+    before = threading.active_count()
+    watches = [backend.watch(f"/elsewhere-{i}/", backend.revision() + 1) for i in range(1, 5)]
+    watches.append(backend.watch(root, backend.revision() + 1))
+    try:
+        assert threading.active_count() == before
+        loops = [t for t in threading.enumerate() if t.name == "etcd-watch-loop"]
+        assert len(loops) == 1
+        backend.create("/elsewhere-3/x", b"v")
+        backend.create(root + "y", b"v")
+        assert [e.kv.key for e in _events(watches[2], 1)] == ["/elsewhere-3/x"]
+        assert [e.kv.key for e in _events(watches[-1], 1)] == [root + "y"]
+    finally:
+        for w in [first, *watches]:
+            w.close()
+        backend.close()
+    loops[0].join(5)
+    assert not loops[0].is_alive()

@@ -5,7 +5,8 @@ Two implementations share one interface, :class:`Backend`:
 * :class:`EtcdBackend` talks to a real etcd over gRPC (the stubs shipped by
   ``python3-etcd3``); the watches under a prefix given to ``share_watches`` share
   one etcd stream (a hub with a buffer of recent events, like kube-apiserver's
-  watch cache for watches).
+  watch cache for watches).  Requests are blocking calls on the caller's thread;
+  watch streams are read with ``grpc.aio`` on one loop thread per backend.
 * :class:`MemoryBackend` keeps everything in a dict but reproduces what the API
   server relies on: a single store revision that every write bumps,
   ``create_revision``/``mod_revision``/``version`` per key, transactions that
@@ -21,11 +22,14 @@ top.
 from __future__ import annotations
 
 import abc
+import asyncio
 import bisect
+import concurrent.futures
+import contextlib
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -522,15 +526,59 @@ class _Pending:
             self._count -= max(1, len(batch.events))
 
 
+class _WatchLoop:
+    """Where an :class:`EtcdBackend` reads its watch streams: an asyncio loop in one daemon thread
+    (``etcd-watch-loop``) with a ``grpc.aio`` channel of its own to etcd.
+
+    Why not grpc's blocking stream iterator in a thread per watch: it takes one message per ``next()``, and each
+    message passes from grpc's polling thread to the reading thread, two GIL hand-offs per event. In an API server
+    whose request threads keep the GIL busy, every hand-off can wait up to a switch interval, so under a steady
+    stream of writes the watch fell behind etcd by tens to hundreds of milliseconds and then delivered its backlog
+    in bursts. On this loop, grpc's own poller (which holds no GIL) wakes the loop's thread, and every message that
+    has arrived is handled in that one wake-up.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="etcd-watch-loop", daemon=True)
+        self.thread.start()
+        self.stub: Any = None
+        self._channel: Any = None
+        self.run(self._open(endpoint)).result(timeout=_RPC_TIMEOUT)
+
+    async def _open(self, endpoint: str) -> None:
+        import grpc.aio
+        from etcd3 import etcdrpc
+
+        self._channel = grpc.aio.insecure_channel(endpoint)  # connects lazily, with the first stream
+        self.stub = etcdrpc.WatchStub(self._channel)
+
+    def run(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        """Schedule ``coro`` on the loop (any thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def on_loop(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def close(self) -> None:
+        """Close the channel (ending any stream still open) and stop the loop's thread (waits up to 10 s)."""
+        async def close_channel() -> None:
+            await self._channel.close()
+        with contextlib.suppress(Exception):  # the loop stops either way
+            self.run(close_channel()).result(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
 class _EtcdWatch(BackendWatch):
-    """One gRPC Watch stream, read by a daemon thread into a queue."""
+    """One gRPC Watch stream, read on the backend's :class:`_WatchLoop` into a queue."""
 
     def __init__(self, backend: EtcdBackend, prefix: str, start_revision: int, max_pending: int) -> None:
         from etcd3 import etcdrpc
 
         self._pending = _Pending(max_pending)  # events queued, not yet taken by next()
-        self._rpc = etcdrpc
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._out: queue.SimpleQueue[WatchBatch | BaseException] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._close_lock = threading.Lock()
@@ -542,52 +590,66 @@ class _EtcdWatch(BackendWatch):
             prev_kv=True,
             progress_notify=True,
         )
-        self._requests.put(etcdrpc.WatchRequest(create_request=create))
-        self._call = backend._watch_stub.Watch(self._request_iter())
-        self._thread = threading.Thread(target=self._read, name=f"etcd-watch {prefix}", daemon=True)
-        self._thread.start()
+        self._loop = backend._watch_loop()
+        self._started = threading.Event()  # etcd created the watch, or the stream ended first
+        self._call: Any = None  # the grpc.aio stream, once open (touch it only on the loop)
+        self._task = self._loop.run(self._read(etcdrpc.WatchRequest(create_request=create)))
+        if not self._loop.on_loop():
+            # Wait (bounded) until etcd has the watch, so that a change made after this returns arrives as a
+            # change of its own, as with a watch opened synchronously. If etcd does not answer, next() will say.
+            self._started.wait(_RPC_TIMEOUT)
 
-    def _request_iter(self) -> Iterator[Any]:
-        while True:
-            item = self._requests.get()
-            if item is None:
-                return
-            yield item
-
-    def _read(self) -> None:
+    async def _read(self, create: Any) -> None:
+        """The stream's life, on the watch loop: open it, queue what each response carries, and queue
+        :class:`EOFError` last, however it ends."""
         import grpc
+        import grpc.aio
 
+        call: Any = None
         try:
-            for resp in self._call:
-                if resp.compact_revision:
-                    self._put(CompactedError(self._start_revision, int(resp.compact_revision)))
+            call = self._call = self._loop.stub.Watch()
+            await call.write(create)
+            while not self._closed.is_set():
+                resp = await call.read()
+                if resp is grpc.aio.EOF or not self._handle(resp):
                     return
-                if resp.canceled:
-                    self._put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
-                    return
-                if resp.created and not resp.events:
-                    continue
-                if not resp.events:
-                    if not self._offer(WatchBatch((), progress=int(resp.header.revision)), 1):
-                        return
-                    continue
-                events = []
-                for ev in resp.events:
-                    prev = _kv_from_pb(ev.prev_kv) if ev.HasField("prev_kv") else None
-                    kv = _kv_from_pb(ev.kv)
-                    if ev.type == _ETCD_EVENT_DELETE:
-                        events.append(WatchEvent("DELETE", kv, prev))
-                    else:
-                        events.append(WatchEvent("PUT", kv, prev))
-                if not self._offer(WatchBatch(tuple(events)), len(events)):
-                    return
+        except asyncio.CancelledError:  # close(), or the call was cancelled under it
+            if not self._closed.is_set():
+                self._put(BackendUnavailableError("etcd watch stream cancelled"))
         except grpc.RpcError as exc:
             if not self._closed.is_set():
                 self._put(BackendUnavailableError(f"etcd watch failed: {exc}"))
         except Exception as exc:  # pragma: no cover - defensive: never die silently
             self._put(BackendUnavailableError(f"etcd watch failed: {exc!r}"))
         finally:
+            if call is not None:
+                call.cancel()
             self._put(EOFError("watch closed"))
+            self._started.set()
+
+    def _handle(self, resp: Any) -> bool:
+        """Queue what one WatchResponse carries; False when the stream is to end."""
+        if resp.compact_revision:
+            self._put(CompactedError(self._start_revision, int(resp.compact_revision)))
+            return False
+        if resp.canceled:
+            self._put(BackendUnavailableError(f"etcd canceled the watch: {resp.cancel_reason}"))
+            return False
+        if resp.created:
+            self._started.set()
+            if not resp.events:
+                return True
+        if not resp.events:
+            return self._offer(WatchBatch((), progress=int(resp.header.revision)), 1)
+        events = []
+        for ev in resp.events:
+            prev = _kv_from_pb(ev.prev_kv) if ev.HasField("prev_kv") else None
+            kv = _kv_from_pb(ev.kv)
+            if ev.type == _ETCD_EVENT_DELETE:
+                events.append(WatchEvent("DELETE", kv, prev))
+            else:
+                events.append(WatchEvent("PUT", kv, prev))
+        return self._offer(WatchBatch(tuple(events)), len(events))
 
     def _put(self, item: WatchBatch | BaseException) -> None:
         self._out.put(item)
@@ -599,9 +661,7 @@ class _EtcdWatch(BackendWatch):
             self._overflowed = True
             self._put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
             self._closed.set()
-            self._requests.put(None)
-            self._call.cancel()
-            return False
+            return False  # the reader ends the stream
         self._put(batch)
         return True
 
@@ -624,14 +684,17 @@ class _EtcdWatch(BackendWatch):
             if self._closed.is_set():
                 return
             self._closed.set()
-        self._requests.put(None)
-        self._call.cancel()
-        self._thread.join(timeout=5)
+        self._task.cancel()
+        if not self._loop.on_loop():
+            concurrent.futures.wait([self._task], timeout=5)
+        if self._task.cancelled():  # cancelled before it started: _read never queued the end
+            self._put(EOFError("watch closed"))
+            self._started.set()
 
 
 class _HubWatch(BackendWatch):
     """One watch served by a :class:`_WatchHub`: its events (the hub's, under ``prefix``, from ``start``) are
-    queued by the hub's reader thread."""
+    queued by the hub's reader (on the backend's watch loop)."""
 
     def __init__(self, hub: _WatchHub, prefix: str, start: int, max_pending: int) -> None:
         self._hub = hub
@@ -687,8 +750,9 @@ class _WatchHub(_EtcdWatch):
     """One etcd watch stream on ``root`` whose events are fanned out to many :class:`_HubWatch` (as kube-apiserver's
     watch cache serves every watch of a resource from one etcd watch).
 
-    The reader thread decodes each etcd event once and, under the hub's lock, appends it to a bounded buffer of
-    recent events and queues it on every subscribed watch whose prefix and start revision it matches.  A watch
+    The reader (on the backend's :class:`_WatchLoop`) decodes each etcd event once and, under the hub's lock,
+    appends it to a bounded buffer of recent events and queues it on every subscribed watch whose prefix and start
+    revision it matches.  A watch
     starting at a revision the buffer still covers (and above the last compaction through this backend) gets the
     buffered events first; an older start is not served here (the backend opens a dedicated stream, which gives
     etcd's own answer: the events, or :class:`CompactedError`).  When the stream fails, every subscribed watch
@@ -811,17 +875,17 @@ class EtcdBackend(Backend):
         self._rpc = etcdrpc
         self._channel = grpc.insecure_channel(endpoint)
         self._kv = etcdrpc.KVStub(self._channel)
-        self._watch_stub = etcdrpc.WatchStub(self._channel)
         self._lock = threading.Lock()
         self._watches: set[_EtcdWatch] = set()
         self._hub_root: str | None = None
         self._hub: _WatchHub | None = None
         self._compacted = 0  # the newest compaction revision made through this backend
         self._closed = False
+        self._wloop: _WatchLoop | None = None
 
     def share_watches(self, prefix: str) -> None:
         """Serve every later watch under ``prefix`` that starts at a revision > 0 from one etcd stream (a
-        :class:`_WatchHub`, opened with the first such watch), instead of a stream and a reader thread per watch;
+        :class:`_WatchHub`, opened with the first such watch), instead of a stream per watch;
         a watch whose start the hub's buffer of recent events does not cover gets its own stream as before."""
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty str, got {type(prefix).__name__}: {prefix!r}")
@@ -919,6 +983,12 @@ class EtcdBackend(Backend):
             self._watches.add(w)
         return _TrackedEtcdWatch(self, w)
 
+    def _watch_loop(self) -> _WatchLoop:
+        """The loop the watch streams are read on, started with the first watch (called with ``_lock`` held)."""
+        if self._wloop is None:
+            self._wloop = _WatchLoop(self.endpoint)
+        return self._wloop
+
     def _forget(self, w: _EtcdWatch) -> None:
         with self._lock:
             self._watches.discard(w)
@@ -954,6 +1024,8 @@ class EtcdBackend(Backend):
             w.close()
         if hub is not None:
             hub.close()
+        if self._wloop is not None:
+            self._wloop.close()
         self._channel.close()
 
 
