@@ -211,15 +211,19 @@ def test_a_requested_progress_notification_covers_changes_outside_the_prefix(roo
 def test_every_watch_stream_is_read_on_the_backends_one_loop_thread(etcd_proc: EtcdProcess, root: str) -> None:
     # No thread per watch: the streams (dedicated ones and the hub's) share one asyncio loop, which ends with the
     # backend. The old reader started a thread per stream; this fails on it.
+    def loop_threads() -> set[threading.Thread]:  # other backends of this process (other tests') have their own
+        return {t for t in threading.enumerate() if t.name == "etcd-watch-loop"}
+
+    others = loop_threads()
     backend = EtcdBackend(etcd_proc.endpoint)
     backend.share_watches(root)
     first = backend.watch("/elsewhere-0/", backend.revision() + 1)
-    before = threading.active_count()
+    before = set(threading.enumerate())
     watches = [backend.watch(f"/elsewhere-{i}/", backend.revision() + 1) for i in range(1, 5)]
     watches.append(backend.watch(root, backend.revision() + 1))
     try:
-        assert threading.active_count() == before
-        loops = [t for t in threading.enumerate() if t.name == "etcd-watch-loop"]
+        assert [t.name for t in threading.enumerate() if t not in before] == []
+        loops = list(loop_threads() - others)
         assert len(loops) == 1
         backend.create("/elsewhere-3/x", b"v")
         backend.create(root + "y", b"v")

@@ -539,7 +539,7 @@ class _WatchLoop:
     """
 
     def __init__(self, endpoint: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.SelectorEventLoop()  # not the policy's: an application's loop policy is not ours to use
         self.thread = threading.Thread(target=self.loop.run_forever, name="etcd-watch-loop", daemon=True)
         self.thread.start()
         self.stub: Any = None
