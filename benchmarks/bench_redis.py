@@ -248,17 +248,39 @@ return 0
 """
 
 
-class _FloorHandle:
-    """``get``/``done`` through the floor scripts above, on a real queue's keys (``q``, filled by its own adds)."""
+# Two lower floors, to say how much of the above any lease design could save: a bare lease (pop the key, record its
+# holder; forget it) without the lease's clock, its expiry order, the fencing counter, the due check or done's
+# re-add check; and scripts that make no redis.call at all but take the same arguments and give the same reply.
+_MIN_GET = """
+local P = KEYS[1]
+local key = redis.call('LPOP', P .. 'fifo')
+local lease = '1|' .. ARGV[3]
+redis.call('HSET', P .. 'state', key, '@' .. lease)
+return '1 0 0 - ' .. lease .. ' ' .. key
+"""
+_MIN_DONE = """
+local P = KEYS[1]
+redis.call('HDEL', P .. 'state', ARGV[1])
+return 0
+"""
+_NOP_GET = """
+return '1 0 0 - 1|' .. ARGV[3] .. ' default/obj'
+"""
+_NOP_DONE = "return 0"
 
-    def __init__(self, q: Any) -> None:
+
+class _FloorHandle:
+    """``get``/``done`` through two scripts (the floor scripts above unless given), on a real queue's keys (``q``,
+    filled by its own adds)."""
+
+    def __init__(self, q: Any, get_script: str = _FLOOR_GET, done_script: str = _FLOOR_DONE) -> None:
         from keyqueue.redis._wire import Packer, SyncWire
 
         state = q._state
         self.wire = SyncWire(q._client)
         packer = Packer(state.prefix)
-        self.get_packed = packer.evalsha(q._client.script_load(_FLOOR_GET), state.get_args())
-        self.done_sha = q._client.script_load(_FLOOR_DONE)
+        self.get_packed = packer.evalsha(q._client.script_load(get_script), state.get_args())
+        self.done_sha = q._client.script_load(done_script)
         self.evalsha = packer.evalsha
         self.leases: dict[str, str] = {}
 
@@ -274,12 +296,14 @@ class _FloorHandle:
         self.wire.close()
 
 
-def _get_done_floor(n: int) -> Any:
+def _get_done_floor(n: int, scripts: tuple[str, str] = (_FLOOR_GET, _FLOOR_DONE),
+                    note: str = "the redis.calls of get's and done's hot paths, no logic, least client work",
+                    against_keyqueue: bool = True) -> Any:
     def run(ctx: Context) -> Measurement | Skip:
         if (skip := _available()) is not None:
             return skip
         q = _queue()
-        floor = _FloorHandle(q)
+        floor = _FloorHandle(q, *scripts)
         keys = [f"default/obj-{i}" for i in range(n)]
 
         def fill() -> None:
@@ -290,7 +314,7 @@ def _get_done_floor(n: int) -> Any:
             m = time_batch(ctx, "for _ in keys: done(get())", "fill()",
                            {"get": floor.get, "done": floor.done, "keys": keys, "fill": fill}, ops=2 * n,
                            unit="ns/op")
-            m.note = "the redis.calls of get's and done's hot paths, no logic, least client work"
+            m.note = note
             blocks = ctx.size(40, 4)
             q.delete()
             floor.leases.clear()
@@ -300,14 +324,16 @@ def _get_done_floor(n: int) -> Any:
                 for _ in range(_PER_BLOCK // 2):
                     floor.done(floor.get())
 
-            def keyqueue_block(_: int) -> None:
-                for _ in range(_PER_BLOCK // 2):
-                    q.done(q.get())
-            # keyqueue's own get/done against this floor, block by block on the same queue: what its logic costs.
-            own = _block_ratio(blocks, block, keyqueue_block)
-            m.extra["keyqueue_over_floor"] = own
-            m.note += (f"; keyqueue's get/done against it, block by block ({blocks} × {_PER_BLOCK} calls each): "
-                       f"{own:.2f}x (median)")
+            if against_keyqueue:
+                def keyqueue_block(_: int) -> None:
+                    for _ in range(_PER_BLOCK // 2):
+                        q.done(q.get())
+                # keyqueue's own get/done against this floor, block by block on the same queue: what its logic
+                # costs.
+                own = _block_ratio(blocks, block, keyqueue_block)
+                m.extra["keyqueue_over_floor"] = own
+                m.note += (f"; keyqueue's get/done against it, block by block ({blocks} × {_PER_BLOCK} calls "
+                           f"each): {own:.2f}x (median)")
             return _paired(ctx, m, block, _PER_BLOCK)
         finally:
             q.delete()
@@ -575,6 +601,14 @@ def cases(smoke: bool) -> list[Case]:
              interleave=True),
         Case("redis.getdone_floor", f"get / done floor: the same redis.calls, no logic, per call ({n:,} keys)",
              G_REDIS, _get_done_floor(n), baseline="redis.ping", needs=("redis.ping",), interleave=True),
+        Case("redis.getdone_min", f"get / done of a bare lease: LPOP + HSET, HDEL, per call ({n:,} keys)",
+             G_REDIS, _get_done_floor(n, (_MIN_GET, _MIN_DONE), "a bare lease: pop and record the holder; "
+                                      "forget it (no clock, expiry order, fencing counter or checks)", False),
+             baseline="redis.ping", needs=("redis.ping",), interleave=True),
+        Case("redis.getdone_nop", "get / done scripts making no redis.call (same arguments and replies), per call",
+             G_REDIS, _get_done_floor(n, (_NOP_GET, _NOP_DONE), "EVALSHA with get's and done's arguments and "
+                                      "reply shapes, no redis.call: the cost of a script call itself", False),
+             baseline="redis.ping", needs=("redis.ping",), interleave=True),
         Case("redis.cpu.ping", "CPU per PING (client + server)", G_REDIS, _cpu("ping")),
         *(Case(f"redis.cpu.{w}", f"CPU per call (client + server): {label}", G_REDIS, _cpu(w),
                baseline="redis.cpu.ping", needs=("redis.cpu.ping",))
