@@ -540,11 +540,29 @@ class _WatchLoop:
 
     def __init__(self, endpoint: str) -> None:
         self.loop = asyncio.SelectorEventLoop()  # not the policy's: an application's loop policy is not ours to use
-        self.thread = threading.Thread(target=self.loop.run_forever, name="etcd-watch-loop", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="etcd-watch-loop", daemon=True)
         self.thread.start()
         self.stub: Any = None
         self._channel: Any = None
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self._closing: asyncio.Task[None] | None = None  # close() from the loop's own thread
         self.run(self._open(endpoint)).result(timeout=_RPC_TIMEOUT)
+
+    def _run(self) -> None:
+        self.loop.run_forever()
+        # Stopped by close(), the channel closed: let what is still running finish (a reader handling its
+        # cancellation, grpc's own tasks of the cancelled calls, which end with grpc's last completions: cancelling
+        # them would leave those to arrive at a closed loop) rather than destroy it pending; cancel what is left
+        # after 5 s. Then close the loop here, whichever thread stopped it (a loop closes only once stopped).
+        tasks = asyncio.all_tasks(self.loop)
+        if tasks:
+            _, left = self.loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+            for task in left:
+                task.cancel()
+            if left:
+                self.loop.run_until_complete(asyncio.wait(left, timeout=1))
+        self.loop.close()
 
     async def _open(self, endpoint: str) -> None:
         import grpc.aio
@@ -561,15 +579,30 @@ class _WatchLoop:
         return threading.current_thread() is self.thread
 
     def close(self) -> None:
-        """Close the channel (ending any stream still open) and stop the loop's thread (waits up to 10 s)."""
+        """Close the channel (ending any stream still open) and stop the loop's thread (waits up to 10 s).
+
+        Called on the loop's own thread (from a watch listener), it cannot wait for the loop: it schedules the
+        channel's close and the loop's stop, which happen once the running callback has returned.  Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         async def close_channel() -> None:
             await self._channel.close()
+
+        async def close_channel_and_stop() -> None:
+            try:
+                await close_channel()
+            finally:
+                self.loop.stop()
+        if self.on_loop():
+            self._closing = self.loop.create_task(close_channel_and_stop())
+            return
         with contextlib.suppress(Exception):  # the loop stops either way
             self.run(close_channel()).result(timeout=5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with contextlib.suppress(RuntimeError):  # already closed (it stopped)
+            self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 class _EtcdWatch(BackendWatch):
@@ -594,9 +627,14 @@ class _EtcdWatch(BackendWatch):
         self._started = threading.Event()  # etcd created the watch, or the stream ended first
         self._call: Any = None  # the grpc.aio stream, once open (touch it only on the loop)
         self._task = self._loop.run(self._read(etcdrpc.WatchRequest(create_request=create)))
+
+    def wait_created(self) -> None:
+        """Block until etcd has created the watch, the stream ended or :meth:`close` was called, at most
+        ``_RPC_TIMEOUT`` seconds (at once on the watch loop's thread, which cannot wait for itself), so that a change
+        made after this returns arrives as a change of its own, as with a watch opened synchronously.  A frozen etcd
+        that never answers is not detected here nor by :meth:`next` (which then just times out).  Call it without
+        the backend's lock held: other watches and ``close()`` must not wait behind it."""
         if not self._loop.on_loop():
-            # Wait (bounded) until etcd has the watch, so that a change made after this returns arrives as a
-            # change of its own, as with a watch opened synchronously. If etcd does not answer, next() will say.
             self._started.wait(_RPC_TIMEOUT)
 
     async def _read(self, create: Any) -> None:
@@ -971,6 +1009,7 @@ class EtcdBackend(Backend):
             if self._closed:
                 raise BackendUnavailableError("etcd backend closed")
             root = self._hub_root
+            served: tuple[BackendWatch, _EtcdWatch] | None = None  # the watch, and the etcd stream serving it
             if root is not None and prefix.startswith(root) and start_revision > 0:
                 hub = self._hub
                 if hub is None or hub.dead:
@@ -978,10 +1017,14 @@ class EtcdBackend(Backend):
                     hub.note_compaction(self._compacted)
                 shared = hub.subscribe(prefix, start_revision, max_pending)
                 if shared is not None:
-                    return shared
-            w = _EtcdWatch(self, prefix, start_revision, max_pending)
-            self._watches.add(w)
-        return _TrackedEtcdWatch(self, w)
+                    served = (shared, hub)
+            if served is None:
+                w = _EtcdWatch(self, prefix, start_revision, max_pending)
+                self._watches.add(w)
+                served = (_TrackedEtcdWatch(self, w), w)
+        watch, stream = served
+        stream.wait_created()  # outside the lock: a silent etcd holds up this call only, not others nor close()
+        return watch
 
     def _watch_loop(self) -> _WatchLoop:
         """The loop the watch streams are read on, started with the first watch (called with ``_lock`` held)."""
