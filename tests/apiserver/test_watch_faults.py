@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from keyqueue.apiserver import EtcdBackend, EtcdProcess, storage
-from keyqueue.apiserver.storage import BackendUnavailableError, BackendWatch, _HubWatch
+from keyqueue.apiserver.storage import (
+    BackendUnavailableError,
+    BackendWatch,
+    KeyValue,
+    WatchBatch,
+    WatchEvent,
+    _HubWatch,
+    _TrackedEtcdWatch,
+)
 
 pytestmark = pytest.mark.etcd
 
@@ -383,3 +391,58 @@ def test_hundreds_of_watches_leave_no_thread_fd_or_asyncio_error_behind(etcd_pro
         bystander.poll()
     assert [str(w.message) for w in recwarn] == []
     assert asyncio_errors() == []
+
+
+def test_a_watch_closed_from_its_own_listener_on_the_loop_thread(etcd_proc: EtcdProcess, root: str) -> None:
+    # A hub's reader queues on its watches, and called their listeners, with the hub's lock held: a listener that
+    # closed its watch (unsubscribe takes that lock) deadlocked the loop's thread, every watch of the backend and
+    # the backend's close() with it. A dedicated watch closed from its listener must work as well.
+    backend = EtcdBackend(etcd_proc.endpoint)
+    backend.share_watches(root)
+    try:
+        start = backend.revision() + 1
+        watches = {"hub": backend.watch(root + "a/", start), "dedicated": backend.watch(f"/self-{root[1:]}", start)}
+        assert isinstance(watches["hub"], _HubWatch) and not isinstance(watches["dedicated"], _HubWatch)
+        other = backend.watch(root, start)  # the hub's other watch, which must go on
+        closed = {name: threading.Event() for name in watches}
+
+        def closer(name: str) -> Callable[[], None]:
+            def listener() -> None:
+                watches[name].close()
+                closed[name].set()
+            return listener
+
+        for name, w in watches.items():
+            w.set_listener(closer(name))
+        backend.create(root + "a/k", b"v")
+        backend.create(f"/self-{root[1:]}k", b"v")
+        for name in watches:
+            assert closed[name].wait(BOUND), f"the {name} watch's listener did not return from close()"
+        backend.create(root + "b/k", b"w")
+        assert _events(other) == [b"v"]
+        assert _events(other) == [b"w"]
+        for w in watches.values():
+            _ends_with(w, EOFError)
+        other.close()
+    finally:
+        closing, _ = _run(backend.close)
+        closing.join(BOUND)
+        assert not closing.is_alive(), "the backend's close() hung"
+
+
+def test_nothing_follows_the_end_of_a_closed_watch(etcd_proc: EtcdProcess, root: str) -> None:
+    # The reader may be handling a response on the loop's thread while close() runs on another. Its batch used to
+    # be queued after close()'s EOFError, and since an error stays queued (moved behind what follows it), a next()
+    # after the EOFError returned that batch. Here the late batch is offered from this thread, after close().
+    backend = EtcdBackend(etcd_proc.endpoint)
+    try:
+        w = backend.watch(f"/after-eof-{root[1:]}", backend.revision() + 1)
+        assert isinstance(w, _TrackedEtcdWatch)
+        w.close()
+        late = WatchBatch((WatchEvent("PUT", KeyValue(f"/after-eof-{root[1:]}k", b"v", 5, 5, 1), None),))
+        w._inner._offer(late, 1)
+        for _ in range(4):  # close()'s EOFError, the reader's, and whatever came after them
+            with pytest.raises(EOFError):
+                w.next(0)
+    finally:
+        backend.close()

@@ -694,14 +694,20 @@ class _EtcdWatch(BackendWatch):
         self._notify()
 
     def _offer(self, batch: WatchBatch, count: int) -> bool:
-        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False."""
-        if not self._pending.reserve(count):
-            self._overflowed = True
-            self._put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
-            self._closed.set()
-            return False  # the reader ends the stream
-        self._put(batch)
-        return True
+        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False.
+        Once closed, nothing: a batch never follows the EOFError that :meth:`close` queues."""
+        with self._close_lock:  # with close()'s: a batch is queued before the watch is closed, or not at all
+            if self._closed.is_set():
+                return False
+            queued = self._pending.reserve(count)
+            if queued:
+                self._out.put(batch)
+            else:
+                self._overflowed = True
+                self._out.put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
+                self._closed.set()  # the reader ends the stream
+        self._notify()  # outside the lock: a listener may close the watch
+        return queued
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         item = self._take(self._out, timeout)
@@ -723,11 +729,11 @@ class _EtcdWatch(BackendWatch):
                 return
             self._closed.set()
         self._task.cancel()
-        if not self._loop.on_loop():
-            concurrent.futures.wait([self._task], timeout=5)
-        if self._task.cancelled():  # cancelled before it started: _read never queued the end
-            self._put(EOFError("watch closed"))
-            self._started.set()
+        # The reader queues EOFError as it ends, but a task cancelled before its first step never runs, and the
+        # future cannot tell (it is cancelled at once either way, without waiting for the reader): queue it here
+        # too (a second EOFError changes nothing).
+        self._put(EOFError("watch closed"))
+        self._started.set()
 
 
 class _HubWatch(BackendWatch):
@@ -745,14 +751,14 @@ class _HubWatch(BackendWatch):
 
     def offer(self, batch: WatchBatch) -> bool:
         """Queue ``batch`` (the hub's reader, with the hub's lock held); False when this watch overflowed and was
-        ended (the caller then drops it)."""
+        ended (the caller then drops it).  The caller calls the listener (``_notify``) once it has released the
+        hub's lock: a listener may close this watch, which takes that lock."""
         count = max(1, len(batch.events))
         if not self._pending.reserve(count):
             self._overflowed = True
-            self.fail(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
+            self._out.put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
             return False
         self._out.put(batch)
-        self._notify()
         return True
 
     def fail(self, exc: BaseException) -> None:
@@ -790,7 +796,7 @@ class _WatchHub(_EtcdWatch):
 
     The reader (on the backend's :class:`_WatchLoop`) decodes each etcd event once and, under the hub's lock,
     appends it to a bounded buffer of recent events and queues it on every subscribed watch whose prefix and start
-    revision it matches.  A watch
+    revision it matches (their listeners are called once the lock is released).  A watch
     starting at a revision the buffer still covers (and above the last compaction through this backend) gets the
     buffered events first; an older start is not served here (the backend opens a dedicated stream, which gives
     etcd's own answer: the events, or :class:`CompactedError`).  When the stream fails, every subscribed watch
@@ -840,8 +846,11 @@ class _WatchHub(_EtcdWatch):
         """Queue a progress notification at :attr:`delivered` on ``w``: safe, since every change up to it has
         been queued on ``w`` before (both under the hub's lock)."""
         with self._hub_lock:
-            if w in self._subs and not w.offer(WatchBatch((), progress=self.delivered)):
+            if w not in self._subs:
+                return
+            if not w.offer(WatchBatch((), progress=self.delivered)):
                 self._subs.discard(w)
+        w._notify()
 
     def note_compaction(self, revision: int) -> None:
         with self._hub_lock:
@@ -855,7 +864,8 @@ class _WatchHub(_EtcdWatch):
         with self._hub_lock:
             if batch.progress is not None:
                 self.delivered = max(self.delivered, batch.progress)
-                dropped = [w for w in self._subs if not w.offer(batch)]
+                woken = list(self._subs)
+                dropped = [w for w in woken if not w.offer(batch)]
             else:
                 for event in batch.events:
                     self._buffer.append(event)
@@ -866,13 +876,18 @@ class _WatchHub(_EtcdWatch):
                     self.buffer_start = gone.kv.mod_revision + 1
                 self.delivered = max(self.delivered, batch.events[-1].kv.mod_revision)
                 dropped = []
+                woken = []
                 for w in self._subs:
                     mine = tuple(e for e in batch.events
                                  if e.kv.mod_revision >= w.start and e.kv.key.startswith(w.prefix))
-                    if mine and not w.offer(WatchBatch(mine)):
-                        dropped.append(w)
+                    if mine:
+                        woken.append(w)
+                        if not w.offer(WatchBatch(mine)):
+                            dropped.append(w)
             for w in dropped:
                 self._subs.discard(w)
+        for w in woken:  # outside the lock: a listener may close its watch
+            w._notify()
         return True
 
     def _put(self, item: WatchBatch | BaseException) -> None:
