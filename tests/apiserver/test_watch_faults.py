@@ -446,3 +446,17 @@ def test_nothing_follows_the_end_of_a_closed_watch(etcd_proc: EtcdProcess, root:
                 w.next(0)
     finally:
         backend.close()
+
+
+def test_closing_the_backend_twice_is_quiet(etcd_proc: EtcdProcess, root: str, recwarn: pytest.WarningsRecorder,
+                                            asyncio_errors: Callable[[], list[str]]) -> None:
+    # The loop's close() ran again on the second close(): scheduling on the closed loop raised RuntimeError
+    # ("Event loop is closed") out of EtcdBackend.close() and left a coroutine never awaited.
+    backend = EtcdBackend(etcd_proc.endpoint)
+    w = backend.watch(f"/twice-{root[1:]}", backend.revision() + 1)
+    backend.close()
+    backend.close()
+    _ends_with(w, EOFError)
+    gc.collect()
+    assert [str(w.message) for w in recwarn] == []
+    assert asyncio_errors() == []
