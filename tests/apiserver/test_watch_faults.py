@@ -4,6 +4,7 @@ hundreds of watches opened and closed. Every wait is bounded (a hang fails the t
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import logging
@@ -460,3 +461,43 @@ def test_closing_the_backend_twice_is_quiet(etcd_proc: EtcdProcess, root: str, r
     gc.collect()
     assert [str(w.message) for w in recwarn] == []
     assert asyncio_errors() == []
+
+
+class _EndingWatchServer:
+    """A gRPC server with etcd's Watch service alone, which creates each watch and then ends its stream with status
+    OK (as a proxy in front of etcd may, going away): what a reader must not take for the watch's own close."""
+
+    def __init__(self) -> None:
+        import grpc
+        from etcd3 import etcdrpc
+
+        class Servicer(etcdrpc.WatchServicer):  # type: ignore[misc]
+            def Watch(self, requests: Iterator[Any], context: Any) -> Iterator[Any]:
+                next(requests)
+                yield etcdrpc.WatchResponse(header=etcdrpc.ResponseHeader(revision=1), created=True)
+
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        etcdrpc.add_WatchServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(None)
+
+
+def test_a_stream_that_ends_without_close_is_an_unavailable_backend(root: str) -> None:
+    # A dedicated watch whose stream ended with status OK used to end with EOFError alone, the error that means
+    # "you closed it": the garbage collector, for one, takes that as its cue to stop for good. (The hub already
+    # turned such an end into BackendUnavailableError for its watches.)
+    server = _EndingWatchServer()
+    backend = EtcdBackend(f"127.0.0.1:{server.port}")
+    backend.share_watches(root)
+    try:
+        dedicated = backend.watch(f"/ending-{root[1:]}", 1)
+        shared = backend.watch(root, 1)
+        assert isinstance(shared, _HubWatch) and not isinstance(dedicated, _HubWatch)
+        for w in (dedicated, shared):
+            _ends_with(w, BackendUnavailableError)
+    finally:
+        backend.close()
+        server.stop()

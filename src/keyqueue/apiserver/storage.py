@@ -639,7 +639,8 @@ class _EtcdWatch(BackendWatch):
 
     async def _read(self, create: Any) -> None:
         """The stream's life, on the watch loop: open it, queue what each response carries, and queue
-        :class:`EOFError` last, however it ends."""
+        :class:`EOFError` last, however it ends (after :class:`BackendUnavailableError` if it ended by other means
+        than :meth:`close`)."""
         import grpc
         import grpc.aio
 
@@ -649,7 +650,11 @@ class _EtcdWatch(BackendWatch):
             await call.write(create)
             while not self._closed.is_set():
                 resp = await call.read()
-                if resp is grpc.aio.EOF or not self._handle(resp):
+                if resp is grpc.aio.EOF:  # status OK (etcd ends so only a stream its client stopped writing to)
+                    if not self._closed.is_set():
+                        self._put(BackendUnavailableError("etcd ended the watch stream"))
+                    return
+                if not self._handle(resp):
                     return
         except asyncio.CancelledError:  # close(), or the call was cancelled under it
             if not self._closed.is_set():
