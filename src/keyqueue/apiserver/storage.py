@@ -540,11 +540,29 @@ class _WatchLoop:
 
     def __init__(self, endpoint: str) -> None:
         self.loop = asyncio.SelectorEventLoop()  # not the policy's: an application's loop policy is not ours to use
-        self.thread = threading.Thread(target=self.loop.run_forever, name="etcd-watch-loop", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="etcd-watch-loop", daemon=True)
         self.thread.start()
         self.stub: Any = None
         self._channel: Any = None
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self._closing: asyncio.Task[None] | None = None  # close() from the loop's own thread
         self.run(self._open(endpoint)).result(timeout=_RPC_TIMEOUT)
+
+    def _run(self) -> None:
+        self.loop.run_forever()
+        # Stopped by close(), the channel closed: let what is still running finish (a reader handling its
+        # cancellation, grpc's own tasks of the cancelled calls, which end with grpc's last completions: cancelling
+        # them would leave those to arrive at a closed loop) rather than destroy it pending; cancel what is left
+        # after 5 s. Then close the loop here, whichever thread stopped it (a loop closes only once stopped).
+        tasks = asyncio.all_tasks(self.loop)
+        if tasks:
+            _, left = self.loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+            for task in left:
+                task.cancel()
+            if left:
+                self.loop.run_until_complete(asyncio.wait(left, timeout=1))
+        self.loop.close()
 
     async def _open(self, endpoint: str) -> None:
         import grpc.aio
@@ -561,15 +579,30 @@ class _WatchLoop:
         return threading.current_thread() is self.thread
 
     def close(self) -> None:
-        """Close the channel (ending any stream still open) and stop the loop's thread (waits up to 10 s)."""
+        """Close the channel (ending any stream still open) and stop the loop's thread (waits up to 10 s).
+
+        Called on the loop's own thread (from a watch listener), it cannot wait for the loop: it schedules the
+        channel's close and the loop's stop, which happen once the running callback has returned.  Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         async def close_channel() -> None:
             await self._channel.close()
+
+        async def close_channel_and_stop() -> None:
+            try:
+                await close_channel()
+            finally:
+                self.loop.stop()
+        if self.on_loop():
+            self._closing = self.loop.create_task(close_channel_and_stop())
+            return
         with contextlib.suppress(Exception):  # the loop stops either way
             self.run(close_channel()).result(timeout=5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with contextlib.suppress(RuntimeError):  # already closed (it stopped)
+            self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 class _EtcdWatch(BackendWatch):
@@ -594,14 +627,20 @@ class _EtcdWatch(BackendWatch):
         self._started = threading.Event()  # etcd created the watch, or the stream ended first
         self._call: Any = None  # the grpc.aio stream, once open (touch it only on the loop)
         self._task = self._loop.run(self._read(etcdrpc.WatchRequest(create_request=create)))
+
+    def wait_created(self) -> None:
+        """Block until etcd has created the watch, the stream ended or :meth:`close` was called, at most
+        ``_RPC_TIMEOUT`` seconds (at once on the watch loop's thread, which cannot wait for itself), so that a change
+        made after this returns arrives as a change of its own, as with a watch opened synchronously.  A frozen etcd
+        that never answers is not detected here nor by :meth:`next` (which then just times out).  Call it without
+        the backend's lock held: other watches and ``close()`` must not wait behind it."""
         if not self._loop.on_loop():
-            # Wait (bounded) until etcd has the watch, so that a change made after this returns arrives as a
-            # change of its own, as with a watch opened synchronously. If etcd does not answer, next() will say.
             self._started.wait(_RPC_TIMEOUT)
 
     async def _read(self, create: Any) -> None:
         """The stream's life, on the watch loop: open it, queue what each response carries, and queue
-        :class:`EOFError` last, however it ends."""
+        :class:`EOFError` last, however it ends (after :class:`BackendUnavailableError` if it ended by other means
+        than :meth:`close`)."""
         import grpc
         import grpc.aio
 
@@ -611,7 +650,11 @@ class _EtcdWatch(BackendWatch):
             await call.write(create)
             while not self._closed.is_set():
                 resp = await call.read()
-                if resp is grpc.aio.EOF or not self._handle(resp):
+                if resp is grpc.aio.EOF:  # status OK (etcd ends so only a stream its client stopped writing to)
+                    if not self._closed.is_set():
+                        self._put(BackendUnavailableError("etcd ended the watch stream"))
+                    return
+                if not self._handle(resp):
                     return
         except asyncio.CancelledError:  # close(), or the call was cancelled under it
             if not self._closed.is_set():
@@ -656,14 +699,20 @@ class _EtcdWatch(BackendWatch):
         self._notify()
 
     def _offer(self, batch: WatchBatch, count: int) -> bool:
-        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False."""
-        if not self._pending.reserve(count):
-            self._overflowed = True
-            self._put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
-            self._closed.set()
-            return False  # the reader ends the stream
-        self._put(batch)
-        return True
+        """Queue a batch of ``count`` events; on overflow queue the error, cancel the stream and return False.
+        Once closed, nothing: a batch never follows the EOFError that :meth:`close` queues."""
+        with self._close_lock:  # with close()'s: a batch is queued before the watch is closed, or not at all
+            if self._closed.is_set():
+                return False
+            queued = self._pending.reserve(count)
+            if queued:
+                self._out.put(batch)
+            else:
+                self._overflowed = True
+                self._out.put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
+                self._closed.set()  # the reader ends the stream
+        self._notify()  # outside the lock: a listener may close the watch
+        return queued
 
     def next(self, timeout: float | None) -> WatchBatch | None:
         item = self._take(self._out, timeout)
@@ -685,11 +734,11 @@ class _EtcdWatch(BackendWatch):
                 return
             self._closed.set()
         self._task.cancel()
-        if not self._loop.on_loop():
-            concurrent.futures.wait([self._task], timeout=5)
-        if self._task.cancelled():  # cancelled before it started: _read never queued the end
-            self._put(EOFError("watch closed"))
-            self._started.set()
+        # The reader queues EOFError as it ends, but a task cancelled before its first step never runs, and the
+        # future cannot tell (it is cancelled at once either way, without waiting for the reader): queue it here
+        # too (a second EOFError changes nothing).
+        self._put(EOFError("watch closed"))
+        self._started.set()
 
 
 class _HubWatch(BackendWatch):
@@ -707,14 +756,14 @@ class _HubWatch(BackendWatch):
 
     def offer(self, batch: WatchBatch) -> bool:
         """Queue ``batch`` (the hub's reader, with the hub's lock held); False when this watch overflowed and was
-        ended (the caller then drops it)."""
+        ended (the caller then drops it).  The caller calls the listener (``_notify``) once it has released the
+        hub's lock: a listener may close this watch, which takes that lock."""
         count = max(1, len(batch.events))
         if not self._pending.reserve(count):
             self._overflowed = True
-            self.fail(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
+            self._out.put(WatchOverflowError(f"watch consumer more than {self._pending.limit} events behind"))
             return False
         self._out.put(batch)
-        self._notify()
         return True
 
     def fail(self, exc: BaseException) -> None:
@@ -752,7 +801,7 @@ class _WatchHub(_EtcdWatch):
 
     The reader (on the backend's :class:`_WatchLoop`) decodes each etcd event once and, under the hub's lock,
     appends it to a bounded buffer of recent events and queues it on every subscribed watch whose prefix and start
-    revision it matches.  A watch
+    revision it matches (their listeners are called once the lock is released).  A watch
     starting at a revision the buffer still covers (and above the last compaction through this backend) gets the
     buffered events first; an older start is not served here (the backend opens a dedicated stream, which gives
     etcd's own answer: the events, or :class:`CompactedError`).  When the stream fails, every subscribed watch
@@ -802,8 +851,11 @@ class _WatchHub(_EtcdWatch):
         """Queue a progress notification at :attr:`delivered` on ``w``: safe, since every change up to it has
         been queued on ``w`` before (both under the hub's lock)."""
         with self._hub_lock:
-            if w in self._subs and not w.offer(WatchBatch((), progress=self.delivered)):
+            if w not in self._subs:
+                return
+            if not w.offer(WatchBatch((), progress=self.delivered)):
                 self._subs.discard(w)
+        w._notify()
 
     def note_compaction(self, revision: int) -> None:
         with self._hub_lock:
@@ -817,7 +869,8 @@ class _WatchHub(_EtcdWatch):
         with self._hub_lock:
             if batch.progress is not None:
                 self.delivered = max(self.delivered, batch.progress)
-                dropped = [w for w in self._subs if not w.offer(batch)]
+                woken = list(self._subs)
+                dropped = [w for w in woken if not w.offer(batch)]
             else:
                 for event in batch.events:
                     self._buffer.append(event)
@@ -828,13 +881,18 @@ class _WatchHub(_EtcdWatch):
                     self.buffer_start = gone.kv.mod_revision + 1
                 self.delivered = max(self.delivered, batch.events[-1].kv.mod_revision)
                 dropped = []
+                woken = []
                 for w in self._subs:
                     mine = tuple(e for e in batch.events
                                  if e.kv.mod_revision >= w.start and e.kv.key.startswith(w.prefix))
-                    if mine and not w.offer(WatchBatch(mine)):
-                        dropped.append(w)
+                    if mine:
+                        woken.append(w)
+                        if not w.offer(WatchBatch(mine)):
+                            dropped.append(w)
             for w in dropped:
                 self._subs.discard(w)
+        for w in woken:  # outside the lock: a listener may close its watch
+            w._notify()
         return True
 
     def _put(self, item: WatchBatch | BaseException) -> None:
@@ -971,6 +1029,7 @@ class EtcdBackend(Backend):
             if self._closed:
                 raise BackendUnavailableError("etcd backend closed")
             root = self._hub_root
+            served: tuple[BackendWatch, _EtcdWatch] | None = None  # the watch, and the etcd stream serving it
             if root is not None and prefix.startswith(root) and start_revision > 0:
                 hub = self._hub
                 if hub is None or hub.dead:
@@ -978,10 +1037,14 @@ class EtcdBackend(Backend):
                     hub.note_compaction(self._compacted)
                 shared = hub.subscribe(prefix, start_revision, max_pending)
                 if shared is not None:
-                    return shared
-            w = _EtcdWatch(self, prefix, start_revision, max_pending)
-            self._watches.add(w)
-        return _TrackedEtcdWatch(self, w)
+                    served = (shared, hub)
+            if served is None:
+                w = _EtcdWatch(self, prefix, start_revision, max_pending)
+                self._watches.add(w)
+                served = (_TrackedEtcdWatch(self, w), w)
+        watch, stream = served
+        stream.wait_created()  # outside the lock: a silent etcd holds up this call only, not others nor close()
+        return watch
 
     def _watch_loop(self) -> _WatchLoop:
         """The loop the watch streams are read on, started with the first watch (called with ``_lock`` held)."""
