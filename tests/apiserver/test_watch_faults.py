@@ -115,6 +115,18 @@ def _ends_with(w: BackendWatch, error: type[BaseException]) -> BaseException:
         assert batch is not None, f"watch neither delivered nor raised {error.__name__} within {BOUND} s"
 
 
+def _each_ended_or_refused(openers: list[tuple[threading.Thread, list[Any]]]) -> None:
+    """Each ``watch()`` thread of ``openers`` returns within the bound: a watch that ends with ``EOFError`` (the
+    backend was closed under it), or ``BackendUnavailableError`` (refused: the backend was closed first)."""
+    for t, out in openers:
+        t.join(BOUND)
+        assert not t.is_alive()
+        if isinstance(out[0], BackendWatch):
+            _ends_with(out[0], EOFError)
+        else:
+            assert isinstance(out[0], BackendUnavailableError), out
+
+
 def _events(w: BackendWatch) -> list[bytes]:
     """The values in the next batch of events from ``w`` (progress notifications skipped), within the bound."""
     while True:
@@ -212,13 +224,7 @@ def test_a_frozen_etcd_holds_up_neither_close_nor_other_watches(own_etcd: EtcdPr
         closer.join(BOUND)
         assert not closer.is_alive(), "close() waited behind a watch() that etcd does not answer"
         assert closed == [None]
-        for t, out in openers:  # close() ended their wait too
-            t.join(BOUND)
-            assert not t.is_alive()
-            if isinstance(out[0], BackendWatch):
-                _ends_with(out[0], EOFError)
-            else:
-                assert isinstance(out[0], BackendUnavailableError), out
+        _each_ended_or_refused(openers)  # close() ended their wait too
         _ends_with(first, EOFError)
     finally:
         os.kill(own_etcd.pid, signal.SIGCONT)
@@ -323,13 +329,7 @@ def test_close_racing_watch_on_another_thread_ends_every_watch(etcd_proc: EtcdPr
                    for p in prefixes]
         barrier.wait(BOUND)
         backend.close()
-        for t, out in openers:
-            t.join(BOUND)
-            assert not t.is_alive()
-            if isinstance(out[0], BackendWatch):
-                _ends_with(out[0], EOFError)
-            else:
-                assert isinstance(out[0], BackendUnavailableError), out
+        _each_ended_or_refused(openers)
 
 
 def test_backends_closed_beside_a_live_one_leave_no_late_grpc_completion(etcd_proc: EtcdProcess, root: str,
