@@ -351,9 +351,16 @@ def test_signal_handler_adds_while_the_main_thread_works_the_queue() -> None:
     import sys
     import textwrap
 
+    # The FIFO is a deque subclass with methods written in Python, which the core calls with the lock held: there a
+    # handler can interrupt the queue in both builds (compiled code itself has no point where a handler runs).
     script = textwrap.dedent("""
-        import signal, keyqueue
-        q = keyqueue.RateLimitingQueue(keyqueue.ItemExponentialFailureRateLimiter(0.001, 0.01))
+        import collections, signal, keyqueue
+        class Fifo(collections.deque):
+            def append(self, key):
+                super().append(key)
+            def popleft(self):
+                return super().popleft()
+        q = keyqueue.RateLimitingQueue(keyqueue.ItemExponentialFailureRateLimiter(0.001, 0.01), ordering=Fifo())
         sent, results = [], []
         def handler(signum, frame):
             # SIGALRM blocked while this handler runs: on a starved machine a 1 ms timer would otherwise nest

@@ -21,7 +21,7 @@ __all__ = ["MYPYC_MODULES", "BuildInfo", "build_info", "mypyc_attr"]
 #: for a reason the README's "The compiled build" gives (the shells find an interrupted call by its Python frames,
 #: which compiled code has not; mypyc's argument checks would change the limiters' errors; the priority core
 #: relies on tuple identity, which mypyc's unboxed tuples lose; ...).
-MYPYC_MODULES: Final = ("keyqueue._core", "keyqueue.metrics._buckets")
+MYPYC_MODULES: Final = ("keyqueue._core", "keyqueue.metrics._buckets", "keyqueue._shell", "keyqueue._threaded")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr as mypyc_attr

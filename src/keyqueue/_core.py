@@ -35,6 +35,7 @@ __all__ = [
     "EMPTY",
     "LEDGER_FOLD_AT",
     "AddResult",
+    "CoreBase",
     "CountingCore",
     "DecisionCounts",
     "KeySet",
@@ -316,7 +317,61 @@ def check_ordering(ordering: object) -> None:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class QueueCore(Generic[T]):
+class CoreBase(Generic[T]):
+    """What the shells drive: the state machine's operations that the shared shell code calls, implemented by
+    :class:`QueueCore` and by the priority core (``keyqueue._priority_core.PriorityCore``, over its heaps). A base
+    class and not a Protocol so that the compiled build's shells call these methods through the method table;
+    here each raises ``NotImplementedError``. Not thread-safe: callers hold the queue's lock.
+
+    ``shutting_down`` and ``draining`` are the shutdown flags (see :meth:`shut_down`); ``fast_dirty`` is the set a
+    shell may probe without its lock for the dedup fast path (empty for a core that must see every add).
+    """
+
+    __slots__ = ("draining", "fast_dirty", "shutting_down")
+
+    shutting_down: bool
+    draining: bool
+    fast_dirty: KeySet[T] | frozenset[T]
+
+    def add(self, item: T, at_ns: int | None = None) -> AddResult:
+        """Apply one add (see :meth:`QueueCore.add`)."""
+        raise NotImplementedError
+
+    def pop(self) -> T | _Empty:
+        """Hand out the next ready key, or :data:`EMPTY`."""
+        raise NotImplementedError
+
+    def done(self, item: T) -> bool:
+        """Finish ``item``; ``True`` if it was queued again (a redelivery)."""
+        raise NotImplementedError
+
+    def has_ready(self) -> bool:
+        """True if a key is ready (without firing due entries)."""
+        raise NotImplementedError
+
+    def next_ready_ns(self) -> int | None:
+        """When the earliest delayed entry falls due (clock ns), or ``None``."""
+        raise NotImplementedError
+
+    def ready_len(self) -> int:
+        """Keys waiting to be handed out (what ``len()`` reports)."""
+        raise NotImplementedError
+
+    def idle(self) -> bool:
+        """True if nothing is ready and nothing is being processed."""
+        raise NotImplementedError
+
+    def shut_down(self, drain: bool) -> None:
+        """Stop accepting adds (``drain``: a drain was asked for)."""
+        raise NotImplementedError
+
+    def stats(self) -> QueueStats | None:
+        """The decision counters, or ``None`` for a core that does not count."""
+        raise NotImplementedError
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class QueueCore(CoreBase[T]):
     """The client-go state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
     ``clock`` is read only when something needs the time (delayed entries, metrics).
@@ -335,12 +390,9 @@ class QueueCore(Generic[T]):
         "_work_obs",
         "clock",
         "dirty",
-        "draining",
-        "fast_dirty",
         "fifo",
         "metrics",
         "processing",
-        "shutting_down",
     )
 
     def __init__(self, clock: Clock, metrics: MetricsRecorder | None = None,
@@ -379,7 +431,7 @@ class QueueCore(Generic[T]):
         self.draining = False
         # The set a shell may probe without its lock for the dedup fast path (see the shells). A core that must
         # see every add (CountingCore) exposes an empty set here, which turns the fast path off.
-        self.fast_dirty: KeySet[T] | frozenset[T] = self.dirty if self._touch is None else frozenset()
+        self.fast_dirty = self.dirty if self._touch is None else frozenset()
 
     def keep_ledger(self, ledger: MetricsLedger) -> None:
         """Record the metrics events of :attr:`metrics` (which must be ``ledger``'s recorder) in ``ledger``'s

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from keyqueue._core import (
     _MAX_DELAY_NS,
@@ -48,6 +48,7 @@ from keyqueue._core import (
     MARKED,
     QUEUED,
     AddResult,
+    CoreBase,
     DecisionCounts,
     QueueStats,
     _Empty,
@@ -126,7 +127,7 @@ class PriorityMetricsRecorder(Protocol):
         ...
 
 
-class PriorityCore(Generic[T]):
+class PriorityCore(CoreBase[T]):
     """The priority-queue state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
     ``clock`` is read only when something needs the time (delayed keys, metrics). ``fast_dirty`` is always an
@@ -144,12 +145,9 @@ class PriorityCore(Generic[T]):
         "_waiting",
         "_waiting_n",
         "clock",
-        "draining",
-        "fast_dirty",
         "fast_items",
         "metrics",
         "processing",
-        "shutting_down",
     )
 
     def __init__(self, clock: Clock, metrics: PriorityMetricsRecorder | None = None) -> None:
@@ -171,7 +169,7 @@ class PriorityCore(Generic[T]):
         self.processing: dict[T, int] = {}
         self.shutting_down = False
         self.draining = False
-        self.fast_dirty: frozenset[T] = frozenset()
+        self.fast_dirty = frozenset()
         # What the priority shells may probe without their lock for a dedup (see PriorityAdds.add): the entry map
         # itself, or None for a core that must see every add (CountingPriorityCore).
         self.fast_items: dict[T, tuple[int, int, T] | tuple[int, int, int, T]] | None = self._items

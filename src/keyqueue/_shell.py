@@ -9,36 +9,36 @@ each shell supplies only how a getter waits and is woken (:meth:`ShellBase._init
 from __future__ import annotations
 
 import _thread
+import functools
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from types import CodeType, FrameType
+from types import CodeType, FrameType, TracebackType
 from typing import Any, ClassVar, Final, Generic, TypeVar, cast
 
+from keyqueue._build import mypyc_attr
 from keyqueue._core import (
     DEDUP,
     DEFERRED,
-    DELAYED,
     DROPPED,
     QUEUED,
     AddResult,
+    CoreBase,
     CountingCore,
     Ordering,
     QueueCore,
     QueueSnapshot,
     QueueStats,
-    check_delay,
     check_hashable,
     check_ordering,
 )
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics import recorder_for
 from keyqueue.metrics._recorders import PullRecorder, bind_core
-from keyqueue.ratelimit import RateLimiter, check_limiter, default_controller_rate_limiter
 
-__all__ = ["DelayedAdds", "RateLimitedAdds", "ShellBase"]
+__all__ = ["COMPILED", "ENTRY_CODES", "HolderLock", "ShellBase"]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -49,9 +49,88 @@ YIELD_EVERY: Final = 256
 #: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
 HANDOFF_GAP_NS: Final = 100_000
 
-_sleep = time.sleep
+_sleep = time.sleep  # module attributes (not Final): the tests replace _sleep
 _monotonic_ns = time.monotonic_ns
 _active_count = threading.active_count
+
+
+def _probe() -> None:
+    """Only looked at: compiled by mypyc, a function has no ``__code__`` (see :data:`COMPILED`)."""
+
+
+#: True when this module runs compiled (the optional mypyc build, see :mod:`keyqueue._build`). A compiled call has
+#: no Python frame, so the frame walk of :meth:`ShellBase._acquire_unless_own` could not find it: the compiled build
+#: guards every queue with a :class:`HolderLock` instead, which records the thread that holds it.
+COMPILED: Final = not hasattr(_probe, "__code__")
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class HolderLock:
+    """The compiled build's queue lock: a lock that knows whether the calling thread holds it.
+
+    It is an :class:`_thread.RLock`, which records its owner as part of each acquisition (in C, so with no gap),
+    used as a plain lock: ``acquire`` by the thread that already holds it does not nest. A blocking one raises
+    ``RuntimeError`` (a call that cannot be deferred, such as ``get``, ``len`` or ``shut_down``, made by a signal
+    handler or ``__del__`` that interrupted one of the queue's own calls; with a plain lock, as in the pure build,
+    it would deadlock), a non-blocking one returns ``False``. A compiled call of the queue can only be interrupted
+    where it calls Python code or frees an object, and the pure build's frame walk cannot see compiled calls, so
+    :meth:`ShellBase._acquire_unless_own` asks :meth:`_is_owned` instead. The pure build keeps a bare
+    :class:`threading.Lock` (cheaper there) and the frame walk.
+
+    It offers what the shells, :class:`threading.Condition` and the metrics recorders use: ``acquire``
+    (``blocking``, ``timeout`` as in :meth:`threading.Lock.acquire`), ``release`` (only by the holder),
+    ``locked``, ``with``, and ``_is_owned`` (True exactly in the thread that holds it; :class:`threading.Condition`
+    uses it to check that ``wait`` and ``notify`` are called with the lock held).
+
+    Invariant: ``_held`` is True from right after an acquisition to right before its release. It is only a hint
+    for ``locked()`` (a thread that finds it wrong still ends up waiting for the lock or deferring its call
+    correctly, because that choice is made by ``_is_owned``); only the holder writes it.
+    """
+
+    def __init__(self) -> None:
+        raw = _thread.RLock()
+        # The bound C methods, taken once: a call by name would look the method up every time.
+        self._acquire: Callable[..., bool] = raw.acquire
+        self._release: Callable[[], None] = raw.release
+        self._owned: Callable[[], bool] = cast(Any, raw)._is_owned
+        self._held = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._owned():
+            if blocking and timeout == -1:
+                raise RuntimeError(
+                    "this thread already holds the queue's lock: a call other than add, add_after, add_rate_limited "
+                    "or done was made inside one of the queue's own calls (from a signal handler or a __del__); "
+                    "only those can be deferred until the interrupted call returns"
+                )
+            return False
+        if blocking and timeout == -1:
+            self._acquire()  # no arguments: parsing them (and a timeout's clock read) costs more than the rest
+        elif not self._acquire(blocking, timeout):
+            return False
+        self._held = True
+        return True
+
+    def release(self) -> None:
+        self._held = False
+        self._release()
+
+    def locked(self) -> bool:
+        return self._held
+
+    def _is_owned(self) -> bool:
+        return self._owned()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+                 /) -> None:
+        self.release()
+
+
+def _clock_jumped(queue: ShellBase[Any]) -> None:
+    queue._on_clock_jump()
 
 # Code of the public entry points that may be called from a signal handler or __del__ (add, add_after,
 # add_rate_limited, done, and the priority queue's add): frames of these directly above a busy-lock check belong to
@@ -59,6 +138,7 @@ _active_count = threading.active_count
 ENTRY_CODES: set[CodeType] = set()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ShellBase(Generic[T]):
     """Construction, ``add`` (with the lock-free dedup path), ``len``, ``stats``, ``shutting_down``."""
 
@@ -81,7 +161,7 @@ class ShellBase(Generic[T]):
     def __init__(
         self,
         *,
-        name: str = "",
+        name: object = "",  # object: validated here, with an error naming it (compiled, a str check would not)
         clock: Clock | None = None,
         metrics_provider: Any = None,
         stats: bool = False,
@@ -102,7 +182,7 @@ class ShellBase(Generic[T]):
         # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.
         self._lock = self._new_lock()
         self._init_waiting()
-        self._core: QueueCore[T] = self._new_core(name, metrics_provider, stats)
+        self._core: CoreBase[T] = self._new_core(name, metrics_provider, stats)
         self._fast_dirty = self._core.fast_dirty
         self._until_yield = YIELD_EVERY
         self._next_handoff_ns = 0  # see _hand_off
@@ -113,15 +193,21 @@ class ShellBase(Generic[T]):
         self._contended = False
         self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._helper_token = _thread.allocate_lock()  # held while a helper thread applies deferred calls
-        self.clock.subscribe(self._on_clock_jump)
+        # The clock keeps a weak reference to its listener: this partial, which the queue keeps alive (a cycle, freed
+        # with the queue). A bound method would need a weak reference to the queue itself, which a compiled
+        # (native) instance does not support.
+        self._clock_listener = functools.partial(_clock_jumped, self)
+        self.clock.subscribe(self._clock_listener)
 
     # -- what each shell supplies -------------------------------------------------------------------------
 
-    def _new_lock(self) -> threading.Lock:
-        """The lock that guards the core (called once, right after ``name`` and ``clock`` are set). The shared
-        code uses only its ``acquire``, ``release``, ``locked`` and ``with``; the loop-owned asyncio queues return
-        an owner check with those four instead (see :class:`keyqueue.aio.LoopQueue`)."""
-        return threading.Lock()
+    def _new_lock(self) -> HolderLock:
+        """The lock that guards the core (called once, right after ``name`` and ``clock`` are set): a
+        :class:`threading.Lock`, in the compiled build a :class:`HolderLock` (typed as one in both builds, so that
+        compiled code calls its methods directly). The shared code uses only its ``acquire``, ``release``,
+        ``locked`` and ``with``; the loop-owned asyncio queues return an owner check with those four instead (see
+        :class:`keyqueue.aio.LoopQueue`)."""
+        return HolderLock() if COMPILED else cast(HolderLock, threading.Lock())
 
     def _init_waiting(self) -> None:
         """Create the waiter bookkeeping (``self._lock`` exists already)."""
@@ -140,7 +226,7 @@ class ShellBase(Generic[T]):
         """The clock jumped (``FakeClock.step``, from any thread): waiting getters re-check what is due."""
         raise NotImplementedError
 
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> CoreBase[T]:
         # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
         recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
         core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder, self._ordering)
@@ -248,6 +334,12 @@ class ShellBase(Generic[T]):
         waits inside :mod:`threading`); a false alarm (this thread is inside the queue without the lock while
         another thread holds it) only defers the call, which is still applied."""
         self._contended = True
+        lock = self._lock
+        if COMPILED:  # the HolderLock knows its holder, with no gap (see HolderLock)
+            if lock._is_owned():
+                return False
+            lock.acquire()
+            return True
         owners = self._lock_owners()
         f: FrameType | None = sys._getframe(2)  # skip this method and the entry point that called it
         while f is not None and f.f_code in ENTRY_CODES:
@@ -258,14 +350,14 @@ class ShellBase(Generic[T]):
                 if me is not None and any(me is o for o in owners):
                     return False
             f = f.f_back
-        self._lock.acquire()
+        lock.acquire()
         return True
 
     def _lock_owners(self) -> list[object]:
         """Objects whose methods run with this queue's lock held (see :meth:`_acquire_unless_own`)."""
         core = self._core
         owners: list[object] = [self, core]
-        metrics = core.metrics
+        metrics = getattr(core, "metrics", None)  # both cores have one; CoreBase does not declare it
         if metrics is not None:
             owners += [metrics, getattr(metrics, "inner", metrics)]
         return owners
@@ -391,7 +483,7 @@ class ShellBase(Generic[T]):
         return self._core.shutting_down
 
     def __repr__(self) -> str:
-        core = self._core
+        core: Any = self._core  # a QueueCore's fields (a priority queue has its own repr)
         return (
             f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
             f"processing={len(core.processing)} delayed={core.delayed_count} "
@@ -410,94 +502,9 @@ class ShellBase(Generic[T]):
             if isinstance(core, QueueCore):
                 return QueueSnapshot(len(core.dirty), len(core.fifo), len(core.processing), core.delayed_count,
                                      core.shutting_down)
-            ready = core.ready_count  # the priority core (keyqueue.priority swaps it in)
-            return QueueSnapshot(ready, ready, len(core.processing), core.delayed_count, core.shutting_down)
-
-
-class DelayedAdds(ShellBase[T]):
-    """``add_after``, for both shells' ``DelayingQueue``."""
-
-    def add_after(self, item: T, delay: float) -> AddResult:
-        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
-        Never blocks; callable from any thread.
-
-        Of several delayed adds of one key the earliest time wins. A plain ``add`` does not cancel a delayed
-        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
-        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
-        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
-        ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
-        the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
-        """
-        lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
-            delay = check_delay(delay)
-            check_hashable(item)
-            return self._defer(self.add_after, item, delay)
-        try:
-            outcome = self._core.add_after(item, delay)  # validates delay and item before changing anything
-            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
-                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
-                self._wake_one()
-            return outcome
-        finally:
-            lock.release()
-
-
-class RateLimitedAdds(DelayedAdds[T]):
-    """``add_rate_limited`` / ``forget`` / ``num_requeues`` and the ``rate_limiter`` constructor argument, for
-    both shells' ``RateLimitingQueue``."""
-
-    def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        ordering: Ordering[T] | None = None,
-    ) -> None:
-        if rate_limiter is not None:
-            check_limiter("rate_limiter", rate_limiter)  # a TypeError now, not an AttributeError at the first failure
-        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats, ordering=ordering)
-        self.rate_limiter: RateLimiter[T] = (
-            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self.clock)
-        )
-
-    def add_rate_limited(self, item: T) -> AddResult:
-        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
-
-        Never blocks (the limiter computes a delay, it does not sleep; it is called with the queue's lock held,
-        as the priority queue always did, so it must not call back into the queue). As in client-go the limiter
-        is consulted even after shutdown (the add itself is then dropped). All-or-nothing: an unhashable item
-        (``TypeError``) or a key whose own ``__hash__``/``__eq__`` raises against what the queue holds raises
-        before the limiter records anything, and the queue is unchanged. What cannot be undone, because a
-        limiter has no undo: a limiter that records a failure and then raises, or a key whose methods raise only
-        on a later call, after ``when`` returned (the queue is still unchanged, the failure stays counted).
-        """
-        check_hashable(item)
-        lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
-            return self._defer(self.add_rate_limited, item)
-        try:
-            outcome = self._core.add_rate_limited(item, self.rate_limiter.when)
-            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
-                self._wake_one()  # as in add_after
-            return outcome
-        finally:
-            lock.release()
-
-    def forget(self, item: T) -> None:
-        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself."""
-        self.rate_limiter.forget(item)
-
-    def num_requeues(self, item: T) -> int:
-        """How many failures of ``item`` the limiter remembers."""
-        return self.rate_limiter.num_requeues(item)
+            pcore: Any = core  # the priority core (keyqueue.priority swaps it in)
+            ready = pcore.ready_count
+            return QueueSnapshot(ready, ready, len(pcore.processing), pcore.delayed_count, core.shutting_down)
 
 
 class _Unraisable:
@@ -511,6 +518,5 @@ class _Unraisable:
         self.object = call
 
 
-ENTRY_CODES.update(
-    f.__code__ for f in (ShellBase.add, ShellBase.done, DelayedAdds.add_after, RateLimitedAdds.add_rate_limited)
-)
+if not COMPILED:  # compiled functions have no code objects (and the compiled build needs no frame walk)
+    ENTRY_CODES.update(f.__code__ for f in (ShellBase.add, ShellBase.done))

@@ -53,8 +53,20 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
-from keyqueue._core import DROPPED, EMPTY, QUEUED, AddResult, QueueCore, _Empty, check_hashable, check_timeout
-from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
+from keyqueue._core import (
+    DROPPED,
+    EMPTY,
+    QUEUED,
+    AddResult,
+    CoreBase,
+    QueueSnapshot,
+    QueueStats,
+    _Empty,
+    check_hashable,
+    check_timeout,
+)
+from keyqueue._delayed import DelayedAdds, RateLimitedAdds
+from keyqueue._shell import HolderLock, ShellBase
 from keyqueue.errors import ShutDown
 from keyqueue.metrics import NoopMetricsProvider, get_provider
 
@@ -424,7 +436,7 @@ class KeyIterator(Generic[T]):
 
 class DelayingQueue(Queue[T], DelayedAdds[T]):
     """A :class:`Queue` with ``add_after(item, delay)`` (a plain method, callable from any thread; from
-    :class:`~keyqueue._shell.DelayedAdds`, shared with the threading shell)."""
+    :class:`~keyqueue._delayed.DelayedAdds`, shared with the threading shell)."""
 
 
 class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
@@ -434,7 +446,7 @@ class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
     worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``; ``done(key)`` always
     (``async for``/``lease`` do it). The default limiter is :func:`~keyqueue.default_controller_rate_limiter` on
     the queue's clock. ``add_rate_limited``, ``forget``, ``num_requeues`` are plain methods (any thread), shared
-    with the threading shell (:class:`~keyqueue._shell.RateLimitedAdds`).
+    with the threading shell (:class:`~keyqueue._delayed.RateLimitedAdds`).
     """
 
 
@@ -488,7 +500,7 @@ class LoopQueue(Queue[T]):
 
     _deferred_what = "Exception in a keyqueue call handed to the queue's event loop"
 
-    def _new_lock(self) -> threading.Lock:
+    def _new_lock(self) -> HolderLock:
         loop = _get_running_loop()
         if loop is None:
             raise RuntimeError(
@@ -500,10 +512,9 @@ class LoopQueue(Queue[T]):
         here.acquire()
         self._here = self._free = cast(_Owned, here)
         self._owner = threading.get_ident()
-        # Typed as the lock it stands in for: the shared code uses only the four operations _OwnerCheck has.
-        return cast(threading.Lock, _OwnerCheck(self))
+        return _OwnerCheck(self)  # the shared code uses only the four operations it overrides
 
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> QueueCore[T]:
+    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> CoreBase[T]:
         chosen = get_provider() if metrics_provider is None else metrics_provider
         if name and not isinstance(chosen, NoopMetricsProvider):
             raise ValueError(
@@ -583,6 +594,27 @@ class LoopQueue(Queue[T]):
             return item  # type: ignore[return-value]  # not EMPTY, so a T
         return await self._wait_and_pop(timeout)
 
+    # The reads the shared code makes under the lock: checked here so that the error names the call (the shared
+    # code may be compiled, and then _OwnerCheck finds no frame of it to take the name from).
+    def __len__(self) -> int:
+        """As :meth:`Queue.__len__`; only on the loop's thread (``RuntimeError`` elsewhere, see the class)."""
+        self._check_here("len()")
+        return super().__len__()
+
+    def stats(self) -> QueueStats:
+        """As :meth:`Queue.stats`; only on the loop's thread (``RuntimeError`` elsewhere, see the class)."""
+        self._check_here("stats()")
+        return super().stats()
+
+    def snapshot(self) -> QueueSnapshot:
+        """As :meth:`Queue.snapshot`; only on the loop's thread (``RuntimeError`` elsewhere, see the class)."""
+        self._check_here("snapshot()")
+        return super().snapshot()
+
+    def _check_here(self, call: str) -> None:
+        if not self._free._is_owned():
+            raise self._misplaced(call)
+
     def _done_and_pop(self, previous: T) -> T | _Empty:
         free = self._free
         if not free._is_owned():
@@ -651,7 +683,7 @@ class LoopQueue(Queue[T]):
             self._loop.call_soon(self._run_deferred)
 
 
-class _OwnerCheck:
+class _OwnerCheck(HolderLock):
     """:class:`LoopQueue`'s stand-in for a lock in the code it shares with :class:`Queue` (waiting, cancellation,
     shutdown, drain, ``len``, ``stats``, ``snapshot``, the delayed and rate-limited adds): ``acquire`` raises
     ``RuntimeError`` (naming the caller) unless the owner check passes, and marks the queue busy until
@@ -661,9 +693,10 @@ class _OwnerCheck:
     __slots__ = ("_queue",)
 
     def __init__(self, queue: LoopQueue[Any]) -> None:
+        super().__init__()  # a HolderLock only so that the shared code accepts it; its own lock is never used
         self._queue = queue
 
-    def acquire(self) -> bool:
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         q = self._queue
         if not q._free._is_owned():
             name = sys._getframe(1).f_code.co_name

@@ -30,13 +30,12 @@ keeps client-go's label set, ``name``, and reports the total).
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
 from keyqueue._core import DEDUP, DELAYED, QUEUED, AddResult, MetricsRecorder, QueueCore, check_delay, check_hashable
 from keyqueue._priority_core import CountingPriorityCore, PriorityCore, check_priority
-from keyqueue._shell import ENTRY_CODES
+from keyqueue._shell import ENTRY_CODES, HolderLock
 from keyqueue.clock import Clock
 from keyqueue.metrics import recorder_for
 from keyqueue.metrics._recorders import PullRecorder, bind_core
@@ -135,7 +134,7 @@ class PriorityRecorder:
 
 
 def new_priority_core(
-    name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: threading.Lock
+    name: str, metrics_provider: Any, stats: bool, clock: Clock, lock: HolderLock
 ) -> tuple[PriorityCore[Any], PriorityRecorder | None]:
     """Build the priority core (counting if ``stats``) with its recorder, which also keeps the per-priority depth.
     A queue that emits no metrics (empty name, no-op provider) gets no recorder at all."""
@@ -152,7 +151,7 @@ class PriorityAdds(Generic[T]):
     ``rate_limiter``, ``_getters`` and ``_wake_one()`` (see :class:`keyqueue._shell.ShellBase`; called with the
     lock held when a getter may now find a key or must re-compute how long to sleep)."""
 
-    _lock: threading.Lock
+    _lock: HolderLock
     _pcore: PriorityCore[T]
     _precorder: PriorityRecorder | None
     _fast_items: dict[T, Any] | None

@@ -9,242 +9,19 @@ it itself.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
-from typing import Final, TypeVar
+from collections.abc import Hashable
+from typing import TypeVar
 
-from keyqueue._core import EMPTY, check_timeout
-from keyqueue._shell import DelayedAdds, RateLimitedAdds, ShellBase
-from keyqueue.errors import ShutDown
+from keyqueue._delayed import DelayedAdds, RateLimitedAdds
+from keyqueue._threaded import Queue, os_wait
 
-__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
+__all__ = ["DelayingQueue", "Queue", "RateLimitingQueue", "os_wait"]
 
 T = TypeVar("T", bound=Hashable)
 
-_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
-
-
-def os_wait(seconds: float | None) -> float | None:
-    """A wait the OS accepts: ``None`` stays ``None``; more than :data:`threading.TIMEOUT_MAX` (~292 years, or
-    ``math.inf``) becomes that maximum (``Condition.wait`` and ``Thread.join`` raise ``OverflowError`` above it).
-    Callers loop on their own deadline, so a maximal wait that ends is simply taken again."""
-    if seconds is None or seconds <= _TIMEOUT_MAX:
-        return seconds
-    return _TIMEOUT_MAX
-
-
-class Queue(ShellBase[T]):
-    """A work queue for threads with client-go's guarantees.
-
-    * ``add(key)`` never blocks. A key already waiting is not added twice; a key being processed is marked and
-      handed out once more after its ``done``; after shutdown adds are dropped.
-    * ``get()`` blocks until a key is ready and hands keys out in FIFO order, each to one caller at a time.
-    * ``done(key)`` must follow every ``get()``; use :meth:`lease` or iterate the queue to make it automatic.
-
-    Keyword arguments: ``name`` (metrics are emitted only for a named queue), ``clock`` (default
-    :class:`~keyqueue.RealClock`), ``metrics_provider`` (default: the process-wide provider), ``stats=True`` to
-    count every decision (see :meth:`stats`; it turns off the lock-free dedup path, so adds get slower),
-    ``ordering`` (default: FIFO, a :class:`collections.deque`): the order in which waiting keys are handed out, an
-    empty :class:`~keyqueue.Ordering` owned by this queue (client-go's ``QueueConfig.Queue``, with its ``Touch``
-    hook). Every guarantee above holds for any ordering; only "in FIFO order" becomes "in the ordering's order".
-    """
-
-    _yield_after_wake = True  # a woken getter thread needs the GIL (see ShellBase._yield_after_wake)
-
-    def _init_waiting(self) -> None:
-        self._readable = threading.Condition(self._lock)  # getters wait here
-        self._idle = threading.Condition(self._lock)  # shut_down_with_drain() callers wait here
-        self._getters = 0  # threads waiting on _readable (so notify() is skipped when nobody waits)
-        self._drainers = 0
-
-    def _wake_one(self) -> None:
-        self._readable.notify()
-
-    def _lock_owners(self) -> list[object]:
-        return [*super()._lock_owners(), self._readable, self._idle]  # Condition.wait/notify run with the lock
-
-    def _wake_drainers(self) -> None:
-        self._idle.notify_all()
-
-    # -- handing out -------------------------------------------------------------------------------------
-
-    def get(self, timeout: float | None = None) -> T:
-        """Take the next key, blocking while none is ready. The caller owns it until :meth:`done`.
-
-        A key whose hash changed while it was queued is dropped and reported by raising
-        :class:`~keyqueue.KeyMutatedError` (the next ``get`` goes on with the other keys); if the key's own
-        ``__eq__`` raises, the exception propagates and the key stays queued, behind the others.
-        After shutdown, keys still queued are handed out; once none is left, raises :class:`~keyqueue.ShutDown`
-        (also in every ``get()`` that was blocked). With ``timeout`` (seconds, real time), raises
-        ``TimeoutError`` if no key became ready in time (``None``, ``math.inf`` or anything above
-        :data:`threading.TIMEOUT_MAX`: wait forever); a negative or NaN ``timeout``, or an ``int`` too large for a
-        float, raises ``ValueError`` and a non-number ``TypeError``, before anything is taken.
-        Once the queue has been seen used by several threads (see :attr:`~keyqueue._shell.ShellBase._contended`),
-        every :data:`~keyqueue._shell.YIELD_EVERY`-th call (counted together with the lock-free dedup adds) first
-        lets go of the GIL once, outside the lock: a worker that always finds a key ready would otherwise be
-        preempted after a whole switch interval, most likely while it holds the queue's lock, and every other
-        worker would then sleep on that lock (a lock convoy).
-        """
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        if self._contended:  # only a queue that other threads use pays for the countdown
-            n = self._until_yield
-            if n:
-                self._until_yield = n - 1
-            else:
-                self._yield_gil()
-        lock = self._lock
-        lock.acquire()
-        try:
-            core = self._core
-            try:
-                item = core.pop()
-            except BaseException:  # a mutated key, or a key's own __eq__ raised
-                self._after_failed_pop()
-                raise
-            if item is EMPTY:
-                return self._wait_and_pop(timeout)
-            if self._getters and core.has_ready():
-                self._readable.notify()  # several delayed keys fell due at once: pass the wake-up on
-            return item  # type: ignore[return-value]  # not EMPTY, so a T
-        finally:
-            lock.release()
-
-    def _wait_and_pop(self, timeout: float | None) -> T:
-        # Called with the lock held and nothing ready.
-        core = self._core
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if core.shutting_down:
-                raise ShutDown
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                if self._getters and core.next_ready_ns() is not None:
-                    # add_after() may have woken this getter to take on a new, earlier deadline: pass it on.
-                    self._wake_one()
-                raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
-            due = core.next_ready_ns()
-            if due is not None:
-                until_due = self.clock.real_wait(due)
-                if until_due is not None and (wait is None or until_due < wait):
-                    wait = until_due
-            self._getters += 1
-            self._contended = True  # a getter waits: someone else is expected to add
-            try:
-                self._readable.wait(os_wait(wait))
-            finally:
-                self._getters -= 1
-            try:
-                item = core.pop()
-            except BaseException:  # a mutated key, or a key's own __eq__ raised
-                self._after_failed_pop()
-                raise
-            if item is not EMPTY:
-                if self._getters and core.has_ready():
-                    self._readable.notify()
-                return item  # type: ignore[return-value]  # not EMPTY, so a T
-
-    @contextmanager
-    def lease(self, timeout: float | None = None) -> Iterator[T]:
-        """``with q.lease() as key:`` — :meth:`get` a key and always call :meth:`done` when the block exits,
-        normally or by an exception. Raises what :meth:`get` raises (``ShutDown``, ``TimeoutError``)."""
-        item = self.get(timeout)
-        try:
-            yield item
-        finally:
-            self.done(item)
-
-    def __iter__(self) -> Iterator[T]:
-        """``for key in q:`` — keys until :class:`~keyqueue.ShutDown`, each ``done`` when the loop body ends.
-
-        ``done(key)`` runs when the loop asks for the next key, or when the loop is left by ``break``,
-        ``return`` or an exception (the generator is closed as the loop's frame lets go of it).
-        """
-        try:
-            item = self.get()
-        except ShutDown:
-            return
-        lock = self._lock
-        core = self._core
-        while True:
-            try:
-                yield item
-            except BaseException:  # break, return, an exception in the loop body (GeneratorExit at close)
-                self.done(item)
-                raise
-            # done(item) and the next get() under one acquisition of the lock; done has taken effect before
-            # this waits or ends the loop at ShutDown.
-            if self._contended:
-                n = self._until_yield
-                if n:
-                    self._until_yield = n - 1
-                else:
-                    self._yield_gil()
-            lock.acquire()
-            try:
-                if not core.done(item) and self._drainers and core.idle():
-                    self._wake_drainers()
-                popped = core.pop()
-                if popped is EMPTY:
-                    item = self._wait_and_pop(None)
-                else:
-                    item = popped  # type: ignore[assignment]  # not EMPTY, so a T
-                    if self._getters and core.has_ready():
-                        self._readable.notify()  # the finished key was queued again, or delayed keys fell due
-            except ShutDown:
-                return
-            finally:
-                lock.release()
-
-    # -- shutdown ----------------------------------------------------------------------------------------
-
-    def shut_down(self) -> None:
-        """Stop accepting adds and return at once (it never waits for keys in flight). Idempotent.
-
-        Delayed keys not yet due are dropped. Keys already queued are still handed out by ``get()``, which then
-        raises :class:`~keyqueue.ShutDown`. A concurrent :meth:`shut_down_with_drain` returns ``False`` at once.
-        """
-        with self._lock:
-            self._core.shut_down(drain=False)
-            self._readable.notify_all()
-            self._idle.notify_all()
-
-    def shut_down_with_drain(self, timeout: float | None = None) -> bool:
-        """Shut down (as :meth:`shut_down`), then block until the FIFO is empty **and** no key is being
-        processed: queued keys, and keys re-added during processing, are still handed out and finished.
-
-        Returns ``True`` when drained; ``False`` if ``timeout`` (seconds; ``None`` or ``math.inf``: forever) passed
-        first or :meth:`shut_down` was called meanwhile. Every caller waiting here returns when the queue drains.
-        It blocks forever if workers stop calling ``done`` and no timeout is given.
-        """
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            core = self._core
-            core.shut_down(drain=True)
-            self._readable.notify_all()
-            while True:
-                wait = None if deadline is None else deadline - time.monotonic()
-                verdict = self._drain_verdict(wait)
-                if verdict is not None:
-                    return verdict
-                self._drainers += 1
-                try:
-                    self._idle.wait(os_wait(wait))
-                finally:
-                    self._drainers -= 1
-
-    def _on_clock_jump(self) -> None:
-        # The clock moved (FakeClock.step): waiting getters re-check what is due.
-        with self._lock:
-            if self._getters:
-                self._readable.notify_all()
-
 
 class DelayingQueue(Queue[T], DelayedAdds[T]):
-    """A :class:`Queue` with ``add_after(item, delay)`` (from :class:`~keyqueue._shell.DelayedAdds`)."""
+    """A :class:`Queue` with ``add_after(item, delay)`` (from :class:`~keyqueue._delayed.DelayedAdds`)."""
 
 
 class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
@@ -253,6 +30,6 @@ class RateLimitingQueue(DelayingQueue[T], RateLimitedAdds[T]):
     ``RateLimitingQueue(rate_limiter=None, *, name="", clock=None, metrics_provider=None, stats=False)``. The
     worker pattern: on failure ``add_rate_limited(key)``, on success ``forget(key)``, always ``done(key)``. The
     default limiter is :func:`~keyqueue.default_controller_rate_limiter` on the queue's clock.
-    ``add_rate_limited``, ``forget`` and ``num_requeues`` come from :class:`~keyqueue._shell.RateLimitedAdds`
+    ``add_rate_limited``, ``forget`` and ``num_requeues`` come from :class:`~keyqueue._delayed.RateLimitedAdds`
     (shared with the asyncio shell).
     """

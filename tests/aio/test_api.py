@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,11 @@ def public_methods(cls: type) -> set[str]:
     return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
 
 
+def parameters(method: Any) -> list[tuple[str, Any, Any]]:
+    # After self, which a compiled method reports as positional-only.
+    return [(p.name, p.kind, p.default) for p in list(inspect.signature(method).parameters.values())[1:]]
+
+
 @pytest.mark.parametrize(("threaded", "asyncio_cls"), PAIRS, ids=IDS)
 def test_same_constructor_arguments(threaded: type, asyncio_cls: type) -> None:
     assert inspect.signature(asyncio_cls) == inspect.signature(threaded)
@@ -41,11 +47,15 @@ def test_same_method_names_and_parameters(threaded: type, asyncio_cls: type) -> 
     names = public_methods(threaded)
     assert public_methods(asyncio_cls) == names
     for name in names:
-        # Parameters, not return annotations: lease() returns a sync or an async context manager.
-        params = inspect.signature(getattr(asyncio_cls, name)).parameters
-        assert params == inspect.signature(getattr(threaded, name)).parameters, name
-    assert isinstance(inspect.getattr_static(asyncio_cls, "shutting_down"), property)
-    assert isinstance(inspect.getattr_static(threaded, "shutting_down"), property)
+        # Parameters, not return annotations: lease() returns a sync or an async context manager. Names, kinds and
+        # defaults, not annotations: a compiled method (the optional mypyc build) carries none.
+        params = parameters(getattr(asyncio_cls, name))
+        assert params == parameters(getattr(threaded, name)), name
+    assert parameters(threaded.get) != parameters(threaded.add)  # control: the comparison can fail
+    # A property (compiled: a getset descriptor, also a data descriptor); not a method.
+    assert inspect.isdatadescriptor(inspect.getattr_static(asyncio_cls, "shutting_down"))
+    assert inspect.isdatadescriptor(inspect.getattr_static(threaded, "shutting_down"))
+    assert not inspect.isdatadescriptor(inspect.getattr_static(threaded, "add"))  # control
     assert hasattr(threaded, "__len__") and hasattr(asyncio_cls, "__len__")
     assert hasattr(threaded, ITERATION["threaded"]) and not hasattr(threaded, ITERATION["asyncio"])
     assert hasattr(asyncio_cls, ITERATION["asyncio"]) and not hasattr(asyncio_cls, ITERATION["threaded"])

@@ -10,7 +10,8 @@ import pytest
 
 import keyqueue
 from keyqueue import AddResult, aio
-from keyqueue._shell import RateLimitedAdds, ShellBase
+from keyqueue._delayed import RateLimitedAdds
+from keyqueue._shell import ShellBase
 from tests.aio.helpers import run, state, until_waiting
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
@@ -266,6 +267,34 @@ def test_iteration_calls_done_and_ends_at_shutdown(make_queue: Any) -> None:
         seen.append(key)
     assert seen == ["a", "b", "c"]
     assert q.done("a") is False  # already done by the iterator
+
+
+def test_leaving_the_loop_finishes_the_key_at_once(make_queue: Any) -> None:
+    """break, return or an exception in the loop body: the key is done as the loop lets go of its iterator, with no
+    garbage collection (a re-add made in the body is queued again at once). Fails for an iterator that is only
+    finished when collected, such as a compiled generator."""
+    q = make_queue()
+    if not hasattr(q, "__iter__"):
+        pytest.skip("facade is not iterable")
+
+    def leave(how: str) -> None:
+        for key in q:
+            q.add(key)  # re-added while held: done() must queue it again
+            if how == "break":
+                break
+            if how == "return":
+                return
+            raise RuntimeError("reconcile failed")
+
+    q.add("a")
+    gc.disable()
+    try:
+        for how in ("break", "return", "raise"):
+            with contextlib.suppress(RuntimeError):
+                leave(how)
+            assert len(q) == 1, how
+    finally:
+        gc.enable()
 
 
 def test_unhashable_item_is_rejected_after_shutdown_too(make_queue: Any) -> None:

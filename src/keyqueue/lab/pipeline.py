@@ -443,7 +443,7 @@ class _TimedQueue(RateLimitingQueue[str]):
         self.done_ns: list[int] = []  # list.append is atomic: no lock needed
         self.busy_ns: list[int] = []
 
-    def get(self, timeout: float | None = None) -> str:
+    def get(self, timeout: object = None) -> str:
         local = self.local
         t_get = getattr(local, "t_get", 0)
         if t_get:
