@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import threading
 import time
 import uuid
@@ -164,7 +163,7 @@ class LoopFacade(AioFacade):
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.queue, name)
-        if inspect.ismethod(attr):
+        if callable(attr) and getattr(attr, "__self__", None) is self.queue:  # a method (compiled ones too)
             return lambda *a, **kw: self._on_loop(attr, *a, **kw)
         return attr
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,7 +23,13 @@ __all__ = ["MYPYC_MODULES", "BuildInfo", "build_info", "mypyc_attr"]
 #: for a reason the README's "The compiled build" gives (the shells find an interrupted call by its Python frames,
 #: which compiled code has not; mypyc's argument checks would change the limiters' errors; the priority core
 #: relies on tuple identity, which mypyc's unboxed tuples lose; ...).
-MYPYC_MODULES: Final = ("keyqueue._core", "keyqueue.metrics._buckets", "keyqueue._shell", "keyqueue._threaded")
+MYPYC_MODULES: Final = (
+    "keyqueue._core",
+    "keyqueue.metrics._buckets",
+    "keyqueue._shell",
+    "keyqueue._threaded",
+    "keyqueue._aio",
+)
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr as mypyc_attr
@@ -51,12 +59,20 @@ class BuildInfo:
 
 
 def _is_extension(module: str) -> bool:
-    origin = getattr(importlib.import_module(module), "__file__", None) or ""
+    # The module that is loaded, if it is (sys.modules), else the one an import would load, found without
+    # importing it (keyqueue._aio would import asyncio, which `import keyqueue` must not).
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None) or ""
+    else:
+        spec = importlib.util.find_spec(module)
+        origin = (spec.origin if spec is not None else None) or ""
     return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
 def build_info() -> BuildInfo:
-    """Which of :data:`MYPYC_MODULES` this interpreter loaded compiled (imports them; looks at each module's file,
-    so it reports what is really running, not how the package was asked to be built)."""
+    """Which of :data:`MYPYC_MODULES` this interpreter runs compiled: the file of each loaded module, or of the one an
+    import would load (found without importing it), so it reports what really runs, not how the package was asked
+    to be built."""
     compiled = tuple(m for m in MYPYC_MODULES if _is_extension(m))
     return BuildInfo(compiled, tuple(m for m in MYPYC_MODULES if m not in compiled))

@@ -90,13 +90,13 @@ class HolderLock:
     def __init__(self) -> None:
         raw = _thread.RLock()
         # The bound C methods, taken once: a call by name would look the method up every time.
-        self._acquire: Callable[..., bool] = raw.acquire
-        self._release: Callable[[], None] = raw.release
-        self._owned: Callable[[], bool] = cast(Any, raw)._is_owned
+        self._raw_acquire: Callable[..., bool] = raw.acquire
+        self._raw_release: Callable[[], None] = raw.release
+        self._raw_owned: Callable[[], bool] = cast(Any, raw)._is_owned
         self._held = False
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if self._owned():
+        if self._raw_owned():
             if blocking and timeout == -1:
                 raise RuntimeError(
                     "this thread already holds the queue's lock: a call other than add, add_after, add_rate_limited "
@@ -105,21 +105,21 @@ class HolderLock:
                 )
             return False
         if blocking and timeout == -1:
-            self._acquire()  # no arguments: parsing them (and a timeout's clock read) costs more than the rest
-        elif not self._acquire(blocking, timeout):
+            self._raw_acquire()  # no arguments: parsing them (and a timeout's clock read) costs more than the rest
+        elif not self._raw_acquire(blocking, timeout):
             return False
         self._held = True
         return True
 
     def release(self) -> None:
         self._held = False
-        self._release()
+        self._raw_release()
 
     def locked(self) -> bool:
         return self._held
 
     def _is_owned(self) -> bool:
-        return self._owned()
+        return self._raw_owned()
 
     def __enter__(self) -> bool:
         return self.acquire()

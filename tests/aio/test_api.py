@@ -49,8 +49,10 @@ def test_same_method_names_and_parameters(threaded: type, asyncio_cls: type) -> 
     for name in names:
         # Parameters, not return annotations: lease() returns a sync or an async context manager. Names, kinds and
         # defaults, not annotations: a compiled method (the optional mypyc build) carries none.
-        params = parameters(getattr(asyncio_cls, name))
-        assert params == parameters(getattr(threaded, name)), name
+        method = getattr(asyncio_cls, name)
+        if not inspect.signature(method).parameters:  # not even self: a compiled coroutine function (mypyc)
+            continue  # reports no signature at all
+        assert parameters(method) == parameters(getattr(threaded, name)), name
     assert parameters(threaded.get) != parameters(threaded.add)  # control: the comparison can fail
     # A property (compiled: a getset descriptor, also a data descriptor); not a method.
     assert inspect.isdatadescriptor(inspect.getattr_static(asyncio_cls, "shutting_down"))
