@@ -18,7 +18,7 @@ __all__ = ["PriorityQueue"]
 T = TypeVar("T", bound=Hashable)
 
 
-class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
+class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):  # type: ignore[misc]  # PriorityAdds' adds win
     """controller-runtime's priority queue for asyncio tasks.
 
     Everything :class:`keyqueue.aio.RateLimitingQueue` has (``await get()``, ``done``, ``async with lease()``,

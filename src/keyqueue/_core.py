@@ -337,6 +337,14 @@ class CoreBase(Generic[T]):
         """Apply one add (see :meth:`QueueCore.add`)."""
         raise NotImplementedError
 
+    def add_after(self, item: T, delay: object) -> AddResult:
+        """Apply one delayed add (see :meth:`QueueCore.add_after`); validates ``delay``."""
+        raise NotImplementedError
+
+    def add_rate_limited(self, item: T, limiter: Callable[[T], float]) -> AddResult:
+        """Apply one rate-limited add (see :meth:`QueueCore.add_rate_limited`)."""
+        raise NotImplementedError
+
     def pop(self) -> T | _Empty:
         """Hand out the next ready key, or :data:`EMPTY`."""
         raise NotImplementedError

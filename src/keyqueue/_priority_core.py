@@ -194,7 +194,7 @@ class PriorityCore(CoreBase[T]):
             return DROPPED
         return self._add_ready(item, priority, at_ns)
 
-    def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
+    def add_after(self, item: T, delay: object, *, priority: int = 0) -> AddResult:
         """Add ``item`` at ``priority`` once ``delay`` seconds have passed on the clock (``<= 0``: now, as
         :meth:`add`; ``math.inf``: never, in practice).
 
@@ -211,7 +211,7 @@ class PriorityCore(CoreBase[T]):
         item: T,
         *,
         priority: int = 0,
-        after: float = 0.0,
+        after: object = 0.0,  # validated here
         rate_limiter: RateLimiter[T] | None = None,
     ) -> AddResult:
         """controller-runtime's ``AddWithOpts``: the one add every other add goes through.

@@ -22,6 +22,7 @@ from keyqueue._build import mypyc_attr
 from keyqueue._core import (
     DEDUP,
     DEFERRED,
+    DELAYED,
     DROPPED,
     QUEUED,
     AddResult,
@@ -31,12 +32,14 @@ from keyqueue._core import (
     QueueCore,
     QueueSnapshot,
     QueueStats,
+    check_delay,
     check_hashable,
     check_ordering,
 )
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics import recorder_for
 from keyqueue.metrics._recorders import PullRecorder, bind_core
+from keyqueue.ratelimit import RateLimiter
 
 __all__ = ["COMPILED", "ENTRY_CODES", "HolderLock", "ShellBase"]
 
@@ -146,6 +149,8 @@ class ShellBase(Generic[T]):
     # futures in asyncio. Adds and dones skip waking when nobody waits.
     _getters: Any
     _drainers: Any
+    #: The rate-limited queues' limiter (set by ``keyqueue._delayed.RateLimitedAdds``; other queues have none).
+    rate_limiter: RateLimiter[T]
 
     #: An ``add`` that woke a blocked getter then lets go of the GIL once (``time.sleep(0)``, after releasing the
     #: lock; at most once per :data:`HANDOFF_GAP_NS` per queue, see :meth:`_hand_off`). A getter thread woken by
@@ -317,6 +322,71 @@ class ShellBase(Generic[T]):
         self._contended = True
         if _active_count() > 1:
             _sleep(0)
+
+    # -- the delaying and rate-limited adds (keyqueue._delayed gives them their public names) ---------------
+
+    def _add_after(self, item: T, delay: object) -> AddResult:
+        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
+        Never blocks; callable from any thread.
+
+        Of several delayed adds of one key the earliest time wins. A plain ``add`` does not cancel a delayed
+        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
+        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
+        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
+        ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
+        the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
+        (``DelayingQueue.add_after``; ``delay`` is typed ``object`` because it is validated here.)
+        """
+        lock = self._lock
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            delay = check_delay(delay)
+            check_hashable(item)
+            return self._defer(self._add_after, item, delay)
+        try:
+            outcome = self._core.add_after(item, delay)  # validates delay and item before any change
+            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
+                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
+                self._wake_one()
+            return outcome
+        finally:
+            lock.release()
+
+    def _add_rate_limited(self, item: T) -> AddResult:
+        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
+
+        Never blocks (the limiter computes a delay, it does not sleep; it is called with the queue's lock held,
+        as the priority queue always did, so it must not call back into the queue). As in client-go the limiter
+        is consulted even after shutdown (the add itself is then dropped). All-or-nothing: an unhashable item
+        (``TypeError``) or a key whose own ``__hash__``/``__eq__`` raises against what the queue holds raises
+        before the limiter records anything, and the queue is unchanged. What cannot be undone, because a
+        limiter has no undo: a limiter that records a failure and then raises, or a key whose methods raise only
+        on a later call, after ``when`` returned (the queue is still unchanged, the failure stays counted).
+        (``RateLimitingQueue.add_rate_limited``.)
+        """
+        check_hashable(item)
+        lock = self._lock
+        if not lock.locked():
+            lock.acquire()
+        elif not self._acquire_unless_own():
+            return self._defer(self._add_rate_limited, item)
+        try:
+            outcome = self._core.add_rate_limited(item, self.rate_limiter.when)
+            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
+                self._wake_one()  # as in add_after
+            return outcome
+        finally:
+            lock.release()
+
+    def _forget(self, item: T) -> None:
+        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself.
+        (``RateLimitingQueue.forget``.)"""
+        self.rate_limiter.forget(item)
+
+    def _num_requeues(self, item: T) -> int:
+        """How many failures of ``item`` the limiter remembers. (``RateLimitingQueue.num_requeues``.)"""
+        return self.rate_limiter.num_requeues(item)
 
     # -- calls from a signal handler or __del__ (issue 16) ------------------------------------------------
 
@@ -519,4 +589,6 @@ class _Unraisable:
 
 
 if not COMPILED:  # compiled functions have no code objects (and the compiled build needs no frame walk)
-    ENTRY_CODES.update(f.__code__ for f in (ShellBase.add, ShellBase.done))
+    ENTRY_CODES.update(
+        f.__code__ for f in (ShellBase.add, ShellBase.done, ShellBase._add_after, ShellBase._add_rate_limited)
+    )

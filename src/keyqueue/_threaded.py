@@ -165,30 +165,6 @@ class Queue(ShellBase[T]):
         """
         return KeyIterator(self)
 
-    def _done_then_next(self, item: T) -> T:
-        """``done(item)`` and the next ``get()`` under one acquisition of the lock (see :class:`KeyIterator`);
-        ``done`` has taken effect before this waits, or raises :class:`~keyqueue.ShutDown`."""
-        if self._contended:
-            n = self._until_yield
-            if n:
-                self._until_yield = n - 1
-            else:
-                self._yield_gil()
-        lock = self._lock
-        lock.acquire()
-        try:
-            core = self._core
-            if not core.done(item) and self._drainers and core.idle():
-                self._wake_drainers()
-            popped = core.pop()
-            if popped is EMPTY:
-                return self._wait_and_pop(None)
-            if self._getters and core.has_ready():
-                self._readable.notify()  # the finished key was queued again, or delayed keys fell due
-            return popped  # type: ignore[return-value]  # not EMPTY, so a T
-        finally:
-            lock.release()
-
     # -- shutdown ----------------------------------------------------------------------------------------
 
     def shut_down(self) -> None:
@@ -250,6 +226,8 @@ class KeyIterator(Generic[T]):
 
     def __init__(self, queue: Queue[T]) -> None:
         self._queue = queue
+        self._lock = queue._lock
+        self._core = queue._core
         self._current: Any = _NOTHING
         self._ended = False
 
@@ -258,17 +236,44 @@ class KeyIterator(Generic[T]):
 
     def __next__(self) -> T:
         previous = self._current
-        try:
-            if previous is _NOTHING:
-                if self._ended:
-                    raise StopIteration
+        if previous is _NOTHING:
+            if self._ended:
+                raise StopIteration
+            try:
                 item = self._queue.get()
+            except ShutDown:
+                self._ended = True
+                raise StopIteration from None
+            self._current = item
+            return item
+        # done(previous) and the next get() under one acquisition of the lock; done has taken effect before this
+        # waits or ends the iteration at ShutDown.
+        self._current = _NOTHING  # finished below, even if what follows raises
+        q = self._queue
+        if q._contended:  # as in Queue.get
+            n = q._until_yield
+            if n:
+                q._until_yield = n - 1
             else:
-                self._current = _NOTHING  # finished by the call below, even if it raises
-                item = self._queue._done_then_next(previous)
+                q._yield_gil()
+        core = self._core
+        lock = self._lock
+        lock.acquire()
+        try:
+            if not core.done(previous) and q._drainers and core.idle():
+                q._wake_drainers()
+            popped = core.pop()
+            if popped is EMPTY:
+                item = q._wait_and_pop(None)
+            else:
+                item = popped  # type: ignore[assignment]  # not EMPTY, so a T
+                if q._getters and core.has_ready():
+                    q._readable.notify()  # the finished key was queued again, or delayed keys fell due
         except ShutDown:
             self._ended = True
             raise StopIteration from None
+        finally:
+            lock.release()
         self._current = item
         return item
 

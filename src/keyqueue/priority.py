@@ -317,7 +317,7 @@ class PriorityAdds(Generic[T]):
 ENTRY_CODES.update(f.__code__ for f in (PriorityAdds.add, PriorityAdds.add_after, PriorityAdds.add_rate_limited))
 
 
-class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):
+class PriorityQueue(PriorityAdds[T], RateLimitingQueue[T]):  # type: ignore[misc]  # PriorityAdds' adds win
     """controller-runtime's priority queue for threads (see the module docstring for its rules).
 
     Everything :class:`~keyqueue.RateLimitingQueue` has (``get``/``done``/``lease``/iteration/``shut_down``/
