@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 __all__ = ["MYPYC_MODULES", "BuildInfo", "build_info", "mypyc_attr"]
 
-#: The modules the compiled build compiles: the queue's state machine, and the metrics' fold of buffered durations
-#: into the histogram buckets (a pure function over lists of ints). Every other module stays interpreted, each
-#: for a reason the README's "The compiled build" gives (the shells find an interrupted call by its Python frames,
-#: which compiled code has not; mypyc's argument checks would change the limiters' errors; the priority core
-#: relies on tuple identity, which mypyc's unboxed tuples lose; ...).
-MYPYC_MODULES: Final = ("keyqueue._core", "keyqueue.metrics._buckets")
+#: The modules the compiled build compiles: the queue's state machine, the metrics' fold of buffered durations
+#: into the histogram buckets (a pure function over lists of ints), and the rate limiters (their arguments are
+#: typed ``object`` and checked by keyqueue, so both builds raise the same errors). Every other module stays
+#: interpreted, each for a reason the README's "The compiled build" gives (the shells find an interrupted call by
+#: its Python frames, which compiled code has not; ``RealClock`` needs a class attribute a native class cannot
+#: have; the priority core relies on tuple identity, which mypyc's unboxed tuples lose; ...).
+MYPYC_MODULES: Final = ("keyqueue._core", "keyqueue.metrics._buckets", "keyqueue.ratelimit")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr as mypyc_attr
