@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar
 
 from keyqueue._build import mypyc_attr
 from keyqueue._core import check_delay
@@ -260,20 +260,26 @@ class MaxOfRateLimiter(RateLimiter[T]):
             check_limiter(f"limiter #{i + 1}", limiter)
         self.limiters: tuple[RateLimiter[T], ...] = limiters
 
+    # The children are read through an ``Any`` local: compiled code then takes their answers as they are (see
+    # _as_delay) and ignores what a ``forget`` returns; interpreted, it is one local variable.
+
     def when(self, item: T) -> float:
+        limiters: Any = self.limiters
         delay: Any = 0.0
-        for limiter in self.limiters:
-            d = cast(Any, limiter).when(item)  # (see _as_delay)
+        for limiter in limiters:
+            d = limiter.when(item)
             if d > delay:
                 delay = d
         return delay if type(delay) is float else _as_delay(delay)
 
     def forget(self, item: T) -> None:
-        for limiter in self.limiters:
-            cast(Any, limiter).forget(item)  # whatever it returns is ignored (compiled, too)
+        limiters: Any = self.limiters
+        for limiter in limiters:
+            limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        count: Any = max((cast(Any, limiter).num_requeues(item) for limiter in self.limiters), default=0)
+        limiters: Any = self.limiters
+        count: Any = max((limiter.num_requeues(item) for limiter in limiters), default=0)
         return count if type(count) is int else _as_count(count)
 
 
@@ -288,14 +294,17 @@ class WithMaxWaitRateLimiter(RateLimiter[T]):
         self.limiter = limiter
 
     def when(self, item: T) -> float:
-        delay: Any = min(cast(Any, self.limiter).when(item), self.max_delay)
+        limiter: Any = self.limiter  # (see MaxOfRateLimiter)
+        delay: Any = min(limiter.when(item), self.max_delay)
         return delay if type(delay) is float else _as_delay(delay)
 
     def forget(self, item: T) -> None:
-        cast(Any, self.limiter).forget(item)
+        limiter: Any = self.limiter
+        limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        count: Any = cast(Any, self.limiter).num_requeues(item)
+        limiter: Any = self.limiter
+        count: Any = limiter.num_requeues(item)
         return count if type(count) is int else _as_count(count)
 
 
