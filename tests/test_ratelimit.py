@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 
 from keyqueue import (
+    AddResult,
     BucketRateLimiter,
     Clock,
     FakeClock,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
+    RateLimiter,
+    RateLimitingQueue,
     WithMaxWaitRateLimiter,
     default_controller_rate_limiter,
     default_item_based_rate_limiter,
@@ -389,3 +392,30 @@ def test_a_bucket_reads_a_python_clock_subclass() -> None:
     assert [rl.when("a"), rl.when("a")] == [0.0, pytest.approx(0.1)]
     clock.ns += 200_000_000  # +2 tokens, capped at the burst of 1
     assert rl.when("a") == 0.0
+
+
+def test_the_rate_limiter_protocol_can_be_subclassed_in_python() -> None:
+    # Compiled, a protocol defined in a compiled module is a mypyc trait that no Python class may inherit from;
+    # RateLimiter lives in an interpreted module (keyqueue._ratelimit_protocol) so that this works in both builds.
+    class Every(RateLimiter[str]):
+        def __init__(self) -> None:
+            self.failures = 0
+
+        def when(self, item: str) -> float:
+            self.failures += 1
+            return 0.5
+
+        def forget(self, item: str) -> None:
+            self.failures = 0
+
+        def num_requeues(self, item: str) -> int:
+            return self.failures
+
+    every = Every()
+    rl = MaxOfRateLimiter(every, ItemExponentialFailureRateLimiter(0.001, 1.0))
+    assert [rl.when("a"), rl.num_requeues("a")] == [0.5, 1]
+    assert WithMaxWaitRateLimiter(every, 0.25).when("a") == 0.25
+    q: RateLimitingQueue[str] = RateLimitingQueue(every, clock=FakeClock())
+    assert q.add_rate_limited("a") == AddResult.DELAYED and q.num_requeues("a") == 3
+    assert RateLimiter.__module__ == "keyqueue.ratelimit"
+    assert RateLimiter in BucketRateLimiter.__mro__  # the limiters still inherit it

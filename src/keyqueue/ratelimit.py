@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from keyqueue._build import mypyc_attr
 from keyqueue._core import check_delay
+from keyqueue._ratelimit_protocol import RateLimiter
+from keyqueue._ratelimit_protocol import check_limiter as check_limiter  # (the shells import it from here)
 from keyqueue.clock import Clock, RealClock, check_clock
 
 __all__ = [
@@ -29,37 +31,11 @@ __all__ = [
 ]
 
 T = TypeVar("T", bound=Hashable)
-T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class RateLimiter(Protocol[T_contra]):
-    """What a rate-limiting queue needs from a limiter.
-
-    * ``when(item)`` — seconds to wait before ``item`` is added again (>= 0; ``math.inf`` means never). Calling it
-      records a failure of ``item``.
-    * ``forget(item)`` — ``item`` succeeded: clear what is remembered about it.
-    * ``num_requeues(item)`` — how many failures of ``item`` are remembered.
-    """
-
-    def when(self, item: T_contra) -> float: ...
-
-    def forget(self, item: T_contra) -> None: ...
-
-    def num_requeues(self, item: T_contra) -> int: ...
 
 
 # golang.org/x/time/rate's InfDuration (2**63 - 1 ns, ~292 years): a longer wait is capped to it, i.e. "never"; the
 # reservation is still granted and its token still taken (Reserve() is ok whenever burst >= 1).
 _INF_DURATION_S = (2**63 - 1) / 1e9
-
-
-def check_limiter(name: str, limiter: object) -> None:
-    """Raise ``TypeError`` naming the type unless ``limiter`` has ``when``, ``forget`` and ``num_requeues``."""
-    if not all(callable(getattr(limiter, m, None)) for m in ("when", "forget", "num_requeues")):
-        raise TypeError(
-            f"{name} must be a rate limiter (when, forget, num_requeues), got {type(limiter).__name__}: {limiter!r:.80}"
-        )
 
 
 def _check_seconds(name: str, value: object) -> float:
