@@ -123,7 +123,7 @@ class FakeClock(Clock):
     never time out by themselves (:meth:`real_wait` returns ``None``).
     """
 
-    def __init__(self, start: object = 0.0) -> None:
+    def __init__(self, start: float = 0.0) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._ns = seconds_to_ns(_check_time("FakeClock start", start))
@@ -139,20 +139,19 @@ class FakeClock(Clock):
     def real_wait(self, deadline_ns: int) -> float | None:
         return None
 
-    def step(self, seconds: object) -> None:
+    def step(self, seconds: float) -> None:
         """Advance the clock by ``seconds`` (>= 0), then wake the queues that use it.
 
         Raises ``ValueError`` for a negative, NaN or infinite step (a clock never goes backwards) and ``TypeError``
         for a non-number; the clock is then unchanged.
         """
-        value = _check_time("FakeClock.step() seconds", seconds)
-        if not value >= 0:
+        if not _check_time("FakeClock.step() seconds", seconds) >= 0:
             raise ValueError(f"FakeClock.step() needs seconds >= 0, got {seconds!r}")
         with self._lock:
-            self._ns += seconds_to_ns(value)
+            self._ns += seconds_to_ns(seconds)
         self._notify()
 
-    def set(self, seconds: object) -> None:
+    def set(self, seconds: float) -> None:
         """Move the clock to ``seconds`` (not earlier than now), then wake the queues that use it.
 
         Raises ``ValueError`` for a time earlier than now, NaN or infinite, ``TypeError`` for a non-number; the
