@@ -9,11 +9,15 @@ from typing import Any
 import pytest
 
 from keyqueue import (
+    AddResult,
     BucketRateLimiter,
+    Clock,
     FakeClock,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
+    RateLimiter,
+    RateLimitingQueue,
     WithMaxWaitRateLimiter,
     default_controller_rate_limiter,
     default_item_based_rate_limiter,
@@ -52,7 +56,7 @@ def test_exponential_zero_base_and_validation() -> None:
     with pytest.raises(ValueError):
         ItemExponentialFailureRateLimiter(math.nan, 1.0)
     with pytest.raises(TypeError, match="str"):
-        ItemExponentialFailureRateLimiter("5ms", 1.0)  # type: ignore[arg-type]
+        ItemExponentialFailureRateLimiter("5ms", 1.0)
 
 
 def test_default_item_based() -> None:
@@ -107,7 +111,7 @@ def test_bucket_edge_cases() -> None:
     with pytest.raises(ValueError, match="qps"):
         BucketRateLimiter(math.nan, 1)
     with pytest.raises(TypeError, match="burst"):
-        BucketRateLimiter(1, 1.5)  # type: ignore[arg-type]
+        BucketRateLimiter(1, 1.5)
 
 
 def test_max_of_calls_every_child() -> None:
@@ -196,7 +200,7 @@ def test_fast_slow_validation() -> None:
     with pytest.raises(ValueError, match="slow_delay"):
         ItemFastSlowRateLimiter(0.1, math.nan, 1)
     with pytest.raises(TypeError, match="max_fast_attempts"):
-        ItemFastSlowRateLimiter(0.1, 1.0, 1.5)  # type: ignore[arg-type]
+        ItemFastSlowRateLimiter(0.1, 1.0, 1.5)
 
 
 def test_limiters_are_safe_under_concurrent_when() -> None:
@@ -225,3 +229,193 @@ def test_limiters_are_safe_under_concurrent_when() -> None:
         t.join(10)
     assert exp.num_requeues("k") == 8 * 250
     assert sum(zeros) == 500
+
+
+# -- errors and values that must be the same in the pure and the compiled build (issue 18: ratelimit is compiled) --
+# mypyc converts an argument typed float/int as the call enters compiled code (True -> 1.0; 1.5 for an int raises
+# its own TypeError) and a value typed float as it leaves; these tests run on both builds (scripts/test.sh).
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda v: ItemExponentialFailureRateLimiter(v, 1.0), "base_delay"),
+        (lambda v: ItemExponentialFailureRateLimiter(0.0, v), "max_delay"),
+        (lambda v: ItemFastSlowRateLimiter(v, 1.0, 1), "fast_delay"),
+        (lambda v: ItemFastSlowRateLimiter(0.1, v, 1), "slow_delay"),
+        (lambda v: ItemFastSlowRateLimiter(0.1, 1.0, v), "max_fast_attempts"),
+        (lambda v: BucketRateLimiter(v, 1), "qps"),
+        (lambda v: BucketRateLimiter(1, v), "burst"),
+        (lambda v: WithMaxWaitRateLimiter(default_item_based_rate_limiter(), v), "max_delay"),
+    ],
+)
+@pytest.mark.parametrize("value", [True, False, "1", None, 1j])
+def test_every_number_argument_refuses_bools_and_non_numbers_with_keyqueues_error(
+    make: Any, name: str, value: object
+) -> None:
+    with pytest.raises(TypeError, match=rf"^{name} must be (a number|an int)") as info:
+        make(value)
+    assert type(value).__name__ in str(info.value)
+
+
+@pytest.mark.parametrize("value", [1.5, 2.0, math.nan])
+def test_int_arguments_refuse_floats_naming_the_argument(value: float) -> None:
+    with pytest.raises(TypeError, match=r"^burst must be an int, got float"):
+        BucketRateLimiter(1, value)
+    with pytest.raises(TypeError, match=r"^max_fast_attempts must be an int, got float"):
+        ItemFastSlowRateLimiter(0.1, 1.0, value)
+
+
+def test_number_arguments_accept_ints_and_keep_them_as_floats_or_ints() -> None:
+    exp: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(1, 8)
+    assert (exp.base_delay, exp.max_delay) == (1.0, 8.0) and type(exp.base_delay) is float
+    assert [exp.when("a") for _ in range(5)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    bucket: BucketRateLimiter[str] = BucketRateLimiter(2, 3, clock=FakeClock())
+    assert (bucket.qps, bucket.burst) == (2.0, 3) and type(bucket.qps) is float and type(bucket.burst) is int
+    fast: ItemFastSlowRateLimiter[str] = ItemFastSlowRateLimiter(0, 1, 2)
+    assert (fast.fast_delay, fast.slow_delay, fast.max_fast_attempts) == (0.0, 1.0, 2)
+    assert WithMaxWaitRateLimiter(exp, 3).max_delay == 3.0
+
+
+@pytest.mark.parametrize("clock", ["now", 0.0, object()])
+def test_a_bucket_clock_that_is_not_a_clock_is_refused_naming_clock(clock: object) -> None:
+    with pytest.raises(TypeError, match=r"^clock must be a keyqueue.Clock"):
+        BucketRateLimiter(1, 1, clock=clock)
+    with pytest.raises(TypeError, match=r"^clock must be a keyqueue.Clock"):
+        default_controller_rate_limiter(clock=clock)
+
+
+class _Child:
+    """A rate limiter (duck-typed) that answers whatever it is given."""
+
+    def __init__(self, delay: object, count: object = 0) -> None:
+        self.delay, self.count, self.forgotten = delay, count, 0
+
+    def when(self, item: object) -> Any:
+        return self.delay
+
+    def forget(self, item: object) -> Any:
+        self.forgotten += 1
+        return "ignored"  # a forget that returns something (compiled code must not insist on None)
+
+    def num_requeues(self, item: object) -> Any:
+        return self.count
+
+
+def test_composites_convert_an_int_answer_and_ignore_a_nan_one() -> None:
+    assert MaxOfRateLimiter(_Child(2), _Child(1.5)).when("a") == 2.0
+    assert type(MaxOfRateLimiter(_Child(2)).when("a")) is float
+    assert MaxOfRateLimiter(_Child(math.nan), _Child(0.25)).when("a") == 0.25  # NaN is never the largest
+    assert WithMaxWaitRateLimiter(_Child(7), 5).when("a") == 5.0
+    assert WithMaxWaitRateLimiter(_Child(2), 5.0).when("a") == 2.0
+    assert type(WithMaxWaitRateLimiter(_Child(2), 5.0).when("a")) is float
+
+
+@pytest.mark.parametrize(("answer", "exc"), [(True, TypeError), (10**400, ValueError)])
+def test_composites_refuse_an_answer_that_is_no_delay_with_the_queues_error(
+    answer: object, exc: type[Exception]
+) -> None:
+    # The error the queue raises for such a delay (keyqueue._core.check_delay), not a conversion (True -> 1.0).
+    with pytest.raises(exc, match=r"^delay (must be a number of seconds, got bool|is too large)"):
+        MaxOfRateLimiter(_Child(answer)).when("a")
+    with pytest.raises(exc, match=r"^delay (must be a number of seconds, got bool|is too large)"):
+        WithMaxWaitRateLimiter(_Child(answer), math.inf).when("a")
+
+
+@pytest.mark.parametrize("answer", ["1", None])
+def test_composites_compare_answers_as_python_does(answer: object) -> None:
+    with pytest.raises(TypeError, match="not supported between instances"):
+        MaxOfRateLimiter(_Child(answer)).when("a")
+    with pytest.raises(TypeError, match="not supported between instances"):
+        WithMaxWaitRateLimiter(_Child(answer), 1.0).when("a")
+
+
+def test_composites_pass_forget_on_and_check_num_requeues() -> None:
+    a, b = _Child(0.0, 3), _Child(0.0, True)
+    rl: MaxOfRateLimiter[str] = MaxOfRateLimiter(a, b)
+    rl.forget("k")
+    WithMaxWaitRateLimiter(a, 1.0).forget("k")
+    assert (a.forgotten, b.forgotten) == (2, 1)
+    assert rl.num_requeues("k") == 3
+    assert WithMaxWaitRateLimiter(b, 1.0).num_requeues("k") == 1
+    with pytest.raises(TypeError, match=r"^num_requeues must return an int, got float"):
+        MaxOfRateLimiter(_Child(0.0, 1.5)).num_requeues("k")
+    with pytest.raises(TypeError, match=r"^num_requeues must return an int, got str"):
+        WithMaxWaitRateLimiter(_Child(0.0, "2"), 1.0).num_requeues("k")
+
+
+def test_limiters_can_be_subclassed_in_python() -> None:
+    # Every public limiter allows interpreted subclasses (compiled: mypyc_attr(allow_interpreted_subclasses=True)).
+    class Halved(ItemExponentialFailureRateLimiter[str]):
+        def when(self, item: str) -> float:
+            self.calls = getattr(self, "calls", 0) + 1  # a subclass instance takes new attributes
+            return super().when(item) / 2
+
+    class Counting(BucketRateLimiter[str]):
+        def __init__(self) -> None:
+            super().__init__(1, 1, clock=FakeClock())
+            self.asked: list[str] = []
+
+        def when(self, item: str) -> float:
+            self.asked.append(item)
+            return super().when(item)
+
+    halved, counting = Halved(0.5, 10.0), Counting()
+    rl = MaxOfRateLimiter(halved, counting)
+    assert [rl.when("a"), rl.when("a")] == [0.25, 1.0]
+    assert halved.calls == 2 and counting.asked == ["a", "a"]
+    assert isinstance(halved, ItemExponentialFailureRateLimiter)
+
+    class Capped(WithMaxWaitRateLimiter[str]):
+        pass
+
+    class Maxed(MaxOfRateLimiter[str]):
+        pass
+
+    class FastSlow(ItemFastSlowRateLimiter[str]):
+        pass
+
+    assert Capped(Maxed(FastSlow(0.1, 5.0, 1)), 2.0).when("a") == 0.1
+
+
+def test_a_bucket_reads_a_python_clock_subclass() -> None:
+    class Manual(Clock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ns = 0
+
+        def now_ns(self) -> int:
+            return self.ns
+
+    clock = Manual()
+    rl: BucketRateLimiter[str] = BucketRateLimiter(10, 1, clock=clock)
+    assert [rl.when("a"), rl.when("a")] == [0.0, pytest.approx(0.1)]
+    clock.ns += 200_000_000  # +2 tokens, capped at the burst of 1
+    assert rl.when("a") == 0.0
+
+
+def test_the_rate_limiter_protocol_can_be_subclassed_in_python() -> None:
+    # Compiled, a protocol defined in a compiled module is a mypyc trait that no Python class may inherit from;
+    # RateLimiter lives in an interpreted module (keyqueue._ratelimit_protocol) so that this works in both builds.
+    class Every(RateLimiter[str]):
+        def __init__(self) -> None:
+            self.failures = 0
+
+        def when(self, item: str) -> float:
+            self.failures += 1
+            return 0.5
+
+        def forget(self, item: str) -> None:
+            self.failures = 0
+
+        def num_requeues(self, item: str) -> int:
+            return self.failures
+
+    every = Every()
+    rl = MaxOfRateLimiter(every, ItemExponentialFailureRateLimiter(0.001, 1.0))
+    assert [rl.when("a"), rl.num_requeues("a")] == [0.5, 1]
+    assert WithMaxWaitRateLimiter(every, 0.25).when("a") == 0.25
+    q: RateLimitingQueue[str] = RateLimitingQueue(every, clock=FakeClock())
+    assert q.add_rate_limited("a") == AddResult.DELAYED and q.num_requeues("a") == 3
+    assert RateLimiter.__module__ == "keyqueue.ratelimit"
+    assert RateLimiter in BucketRateLimiter.__mro__  # the limiters still inherit it

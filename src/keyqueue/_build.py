@@ -18,17 +18,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 __all__ = ["MYPYC_MODULES", "BuildInfo", "build_info", "mypyc_attr"]
 
-#: The modules the compiled build compiles: the queue's state machine, and the metrics' fold of buffered durations
-#: into the histogram buckets (a pure function over lists of ints). Every other module stays interpreted, each
-#: for a reason the README's "The compiled build" gives (the shells find an interrupted call by its Python frames,
-#: which compiled code has not; mypyc's argument checks would change the limiters' errors; the priority core
-#: relies on tuple identity, which mypyc's unboxed tuples lose; ...).
+#: The modules the compiled build compiles: the queue's state machine; the shells (``_shell``: what both share,
+#: ``_threaded`` and ``_aio``: each shell's queues), whose classes that combine mixins by multiple inheritance stay
+#: in the interpreted public modules (``threaded``, ``aio``, ``_delayed``); the rate limiters (their arguments are
+#: typed ``object`` and checked by keyqueue, so both builds raise the same errors); and the metrics' fold of
+#: buffered durations into the histogram buckets (a pure function over lists of ints). Every other module stays
+#: interpreted, each for a reason the README's "The compiled build" gives (``RealClock`` needs a class attribute a
+#: native class cannot have; the priority core relies on tuple identity, which mypyc's unboxed tuples lose; ...).
 MYPYC_MODULES: Final = (
     "keyqueue._core",
-    "keyqueue.metrics._buckets",
     "keyqueue._shell",
     "keyqueue._threaded",
     "keyqueue._aio",
+    "keyqueue.ratelimit",
+    "keyqueue.metrics._buckets",
 )
 
 if TYPE_CHECKING:

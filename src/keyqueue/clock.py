@@ -41,6 +41,17 @@ def _check_time(what: str, seconds: object) -> float:
     return value
 
 
+def check_clock(clock: object, name: str = "clock") -> Clock:
+    """``clock`` if it is a :class:`Clock` (an instance of a subclass included), else ``TypeError`` naming ``name``
+    and the type."""
+    if not isinstance(clock, Clock):
+        raise TypeError(
+            f"{name} must be a keyqueue.Clock (RealClock, FakeClock or a subclass), got {type(clock).__name__}: "
+            f"{clock!r:.80}"
+        )
+    return clock
+
+
 class TimeListener(Protocol):
     def __call__(self) -> None: ...
 

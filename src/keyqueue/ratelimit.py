@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
-from keyqueue.clock import Clock, RealClock
+from keyqueue._build import mypyc_attr
+from keyqueue._core import check_delay
+from keyqueue._ratelimit_protocol import RateLimiter
+from keyqueue._ratelimit_protocol import check_limiter as check_limiter  # (the shells import it from here)
+from keyqueue.clock import Clock, RealClock, check_clock
 
 __all__ = [
     "BucketRateLimiter",
@@ -27,23 +31,6 @@ __all__ = [
 ]
 
 T = TypeVar("T", bound=Hashable)
-T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
-
-
-class RateLimiter(Protocol[T_contra]):
-    """What a rate-limiting queue needs from a limiter.
-
-    * ``when(item)`` — seconds to wait before ``item`` is added again (>= 0; ``math.inf`` means never). Calling it
-      records a failure of ``item``.
-    * ``forget(item)`` — ``item`` succeeded: clear what is remembered about it.
-    * ``num_requeues(item)`` — how many failures of ``item`` are remembered.
-    """
-
-    def when(self, item: T_contra) -> float: ...
-
-    def forget(self, item: T_contra) -> None: ...
-
-    def num_requeues(self, item: T_contra) -> int: ...
 
 
 # golang.org/x/time/rate's InfDuration (2**63 - 1 ns, ~292 years): a longer wait is capped to it, i.e. "never"; the
@@ -51,37 +38,66 @@ class RateLimiter(Protocol[T_contra]):
 _INF_DURATION_S = (2**63 - 1) / 1e9
 
 
-def check_limiter(name: str, limiter: object) -> None:
-    """Raise ``TypeError`` naming the type unless ``limiter`` has ``when``, ``forget`` and ``num_requeues``."""
-    if not all(callable(getattr(limiter, m, None)) for m in ("when", "forget", "num_requeues")):
-        raise TypeError(
-            f"{name} must be a rate limiter (when, forget, num_requeues), got {type(limiter).__name__}: {limiter!r:.80}"
-        )
-
-
-def _check_seconds(name: str, value: float) -> None:
+def _check_seconds(name: str, value: object) -> float:
+    """``value`` as a float, or ``TypeError`` for a non-number (``bool`` included) / ``ValueError`` for a negative
+    or NaN value, naming ``name``."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
     if math.isnan(value) or value < 0:
         raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+    return float(value)
 
 
+def _check_count(name: str, value: object) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) >= 0, else ``TypeError``/``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
+def _as_delay(delay: object) -> float:
+    """A composite limiter's answer that is not a ``float`` (a child's ``int``, or a value that is no delay): as a
+    float, or the error the queue raises for it (``TypeError`` for a non-number, ``bool`` included).
+
+    The composites compare their children's answers as they are and convert only the one they return: compiled
+    code would otherwise convert every answer on its way in (``True`` to 1.0), so the check is keyqueue's and the
+    same in both builds."""
+    return check_delay(delay)
+
+
+def _as_count(count: object) -> int:
+    """A child's ``num_requeues`` that is not an ``int``: an ``int`` subclass as an ``int``, else ``TypeError``."""
+    if not isinstance(count, int):
+        raise TypeError(f"num_requeues must return an int, got {type(count).__name__}: {count!r:.80}")
+    return int(count)
+
+
+# The constructors' numbers are typed ``object`` and checked here, not by their annotations: in the compiled build
+# (mypyc) an argument typed ``float`` or ``int`` is converted as the call enters compiled code (``True`` becomes
+# 1.0, and ``1.5`` for an ``int`` raises mypyc's own ``TypeError``), so both builds raise keyqueue's errors only
+# because the check is keyqueue's. Every public class allows interpreted (Python) subclasses.
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ItemExponentialFailureRateLimiter(RateLimiter[T]):
     """Per-key exponential backoff: the n-th consecutive failure of a key waits ``base_delay * 2**(n-1)``,
     capped at ``max_delay``.
 
     With (0.005, 1000): 5 ms, 10 ms, 20 ms, ... 655.36 s at the 18th failure, 1000 s from the 19th on.
-    ``forget(item)`` starts the key over at ``base_delay``. Raises ``ValueError`` if ``base_delay > max_delay``
-    or either is negative or NaN.
+    ``forget(item)`` starts the key over at ``base_delay``. Both delays are seconds, an ``int`` or a ``float``.
+    Raises ``ValueError`` if ``base_delay > max_delay`` or either is negative or NaN, ``TypeError`` for a
+    non-number (``bool`` included).
     """
 
-    def __init__(self, base_delay: float, max_delay: float) -> None:
-        _check_seconds("base_delay", base_delay)
-        _check_seconds("max_delay", max_delay)
-        if base_delay > max_delay:
+    def __init__(self, base_delay: object, max_delay: object) -> None:
+        base = _check_seconds("base_delay", base_delay)
+        cap = _check_seconds("max_delay", max_delay)
+        if base > cap:
             raise ValueError(f"base_delay ({base_delay!r}) must not exceed max_delay ({max_delay!r})")
-        self.base_delay = float(base_delay)
-        self.max_delay = float(max_delay)
+        self.base_delay: float = base
+        self.max_delay: float = cap
         self._lock = threading.Lock()
         self._failures: dict[T, int] = {}
 
@@ -113,22 +129,18 @@ class ItemExponentialFailureRateLimiter(RateLimiter[T]):
             return self._failures.get(item, 0)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ItemFastSlowRateLimiter(RateLimiter[T]):
     """``fast_delay`` for a key's first ``max_fast_attempts`` failures, ``slow_delay`` after that.
 
     ``forget(item)`` starts the key over with fast attempts. Raises ``ValueError`` for a negative or NaN delay or a
-    negative ``max_fast_attempts``, ``TypeError`` for a non-number delay or a non-int ``max_fast_attempts``."""
+    negative ``max_fast_attempts``, ``TypeError`` for a non-number delay or a non-int ``max_fast_attempts``
+    (``bool`` included)."""
 
-    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
-        _check_seconds("fast_delay", fast_delay)
-        _check_seconds("slow_delay", slow_delay)
-        if not isinstance(max_fast_attempts, int) or isinstance(max_fast_attempts, bool):
-            raise TypeError(f"max_fast_attempts must be an int, got {type(max_fast_attempts).__name__}")
-        if max_fast_attempts < 0:
-            raise ValueError(f"max_fast_attempts must be >= 0, got {max_fast_attempts!r}")
-        self.fast_delay = float(fast_delay)
-        self.slow_delay = float(slow_delay)
-        self.max_fast_attempts = max_fast_attempts
+    def __init__(self, fast_delay: object, slow_delay: object, max_fast_attempts: object) -> None:
+        self.fast_delay: float = _check_seconds("fast_delay", fast_delay)
+        self.slow_delay: float = _check_seconds("slow_delay", slow_delay)
+        self.max_fast_attempts: int = _check_count("max_fast_attempts", max_fast_attempts)
         self._lock = threading.Lock()
         self._attempts: dict[T, int] = {}
 
@@ -150,6 +162,7 @@ class ItemFastSlowRateLimiter(RateLimiter[T]):
 _INF: Final = math.inf
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BucketRateLimiter(RateLimiter[T]):
     """One token bucket shared by every key: ``qps`` tokens per second, holding at most ``burst``.
 
@@ -159,24 +172,21 @@ class BucketRateLimiter(RateLimiter[T]):
     (``math.inf``, no token taken) unless ``qps`` is infinite. A wait longer than Go's ``InfDuration`` (~292
     years) is reported as ``math.inf`` but, as in Go, its token is taken. Time comes from ``clock`` (default
     :class:`RealClock`). Raises ``ValueError`` for a negative or NaN ``qps`` or a negative ``burst``,
-    ``TypeError`` for a non-number ``qps`` or a non-int ``burst``.
+    ``TypeError`` for a non-number ``qps``, a non-int ``burst`` (``bool`` included for both) or a ``clock`` that is
+    not a :class:`~keyqueue.Clock`.
     ``num_requeues`` is always 0 and ``forget`` does nothing: the bucket does not track keys.
     """
 
-    def __init__(self, qps: float, burst: int, *, clock: Clock | None = None) -> None:
+    def __init__(self, qps: object, burst: object, *, clock: object = None) -> None:
         if not isinstance(qps, (int, float)) or isinstance(qps, bool):
             raise TypeError(f"qps must be a number, got {type(qps).__name__}: {qps!r}")
         if math.isnan(qps) or qps < 0:
             raise ValueError(f"qps must be >= 0, got {qps!r}")
-        if not isinstance(burst, int) or isinstance(burst, bool):
-            raise TypeError(f"burst must be an int, got {type(burst).__name__}: {burst!r}")
-        if burst < 0:
-            raise ValueError(f"burst must be >= 0, got {burst!r}")
-        self.qps = float(qps)
-        self.burst = burst
-        self._clock: Clock = clock if clock is not None else RealClock()
+        self.burst: int = _check_count("burst", burst)
+        self.qps: float = float(qps)
+        self._clock: Clock = check_clock(clock) if clock is not None else RealClock()
         self._lock = threading.Lock()
-        self._burst_f = self._tokens = float(burst)
+        self._burst_f = self._tokens = float(self.burst)
         self._last_ns: int | None = None
 
     def when(self, item: T) -> float:
@@ -214,6 +224,7 @@ class BucketRateLimiter(RateLimiter[T]):
         return 0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MaxOfRateLimiter(RateLimiter[T]):
     """The largest delay of several limiters. ``when`` calls every child (each records the failure), so a
     bucket child spends a token even when another child's delay wins. ``num_requeues`` is the children's maximum;
@@ -225,45 +236,58 @@ class MaxOfRateLimiter(RateLimiter[T]):
             check_limiter(f"limiter #{i + 1}", limiter)
         self.limiters: tuple[RateLimiter[T], ...] = limiters
 
+    # The children are read through an ``Any`` local: compiled code then takes their answers as they are (see
+    # _as_delay) and ignores what a ``forget`` returns; interpreted, it is one local variable.
+
     def when(self, item: T) -> float:
-        delay = 0.0
-        for limiter in self.limiters:
+        limiters: Any = self.limiters
+        delay: Any = 0.0
+        for limiter in limiters:
             d = limiter.when(item)
             if d > delay:
                 delay = d
-        return delay
+        return delay if type(delay) is float else _as_delay(delay)
 
     def forget(self, item: T) -> None:
-        for limiter in self.limiters:
+        limiters: Any = self.limiters
+        for limiter in limiters:
             limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        return max((limiter.num_requeues(item) for limiter in self.limiters), default=0)
+        limiters: Any = self.limiters
+        count: Any = max((limiter.num_requeues(item) for limiter in limiters), default=0)
+        return count if type(count) is int else _as_count(count)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class WithMaxWaitRateLimiter(RateLimiter[T]):
     """Another limiter's delay, but never more than ``max_delay`` seconds. Raises ``TypeError`` if ``limiter`` is
     not a rate limiter, ``ValueError`` for a negative or NaN ``max_delay``."""
 
-    def __init__(self, limiter: RateLimiter[T], max_delay: float) -> None:
+    def __init__(self, limiter: RateLimiter[T], max_delay: object) -> None:
         check_limiter("limiter", limiter)
-        _check_seconds("max_delay", max_delay)
+        self.max_delay: float = _check_seconds("max_delay", max_delay)
         self.limiter = limiter
-        self.max_delay = float(max_delay)
 
     def when(self, item: T) -> float:
-        return min(self.limiter.when(item), self.max_delay)
+        limiter: Any = self.limiter  # (see MaxOfRateLimiter)
+        delay: Any = min(limiter.when(item), self.max_delay)
+        return delay if type(delay) is float else _as_delay(delay)
 
     def forget(self, item: T) -> None:
-        self.limiter.forget(item)
+        limiter: Any = self.limiter
+        limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        return self.limiter.num_requeues(item)
+        limiter: Any = self.limiter
+        count: Any = limiter.num_requeues(item)
+        return count if type(count) is int else _as_count(count)
 
 
-def default_controller_rate_limiter(*, clock: Clock | None = None) -> MaxOfRateLimiter[Hashable]:
+def default_controller_rate_limiter(*, clock: object = None) -> MaxOfRateLimiter[Hashable]:
     """client-go's ``DefaultControllerRateLimiter``: the max of per-key exponential backoff (5 ms .. 1000 s) and
-    one global bucket of 10 qps with a burst of 100."""
+    one global bucket of 10 qps with a burst of 100 (on ``clock``, default :class:`RealClock`; ``TypeError`` if
+    it is not a :class:`~keyqueue.Clock`)."""
     return MaxOfRateLimiter(
         ItemExponentialFailureRateLimiter(0.005, 1000.0),
         BucketRateLimiter(10, 100, clock=clock),
