@@ -111,3 +111,33 @@ def test_delayed_keys_fire_through_the_ordering(make_queue: Any) -> None:
     q.add("a")
     assert q.add_after("b", 0) == AddResult.QUEUED  # due now: an add like any other
     assert q.get(timeout=1) == "b"
+
+
+def test_an_ordering_may_subclass_the_protocol(make_queue: Any) -> None:
+    """``class Fifo(keyqueue.Ordering[str])`` works in both builds (a protocol defined in a compiled module would be
+    a mypyc trait, and instantiating a Python subclass of it raises)."""
+    from keyqueue import Ordering
+    from keyqueue._core import MetricsRecorder
+
+    class Fifo(Ordering[str]):
+        def __init__(self) -> None:
+            self.items: deque[str] = deque()
+
+        def append(self, item: str, /) -> None:
+            self.items.append(item)
+
+        def popleft(self) -> str:
+            return self.items.popleft()
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+    q = make_queue(ordering=Fifo())
+    for k in ("a", "b"):
+        assert q.add(k) is AddResult.QUEUED
+    assert [q.get(timeout=1), q.get(timeout=1)] == ["a", "b"]
+
+    class Recorder(MetricsRecorder):  # the other protocols of the core: instantiable too
+        pass
+
+    assert isinstance(Recorder(), Recorder)
