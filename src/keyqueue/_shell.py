@@ -63,7 +63,7 @@ def _probe() -> None:
 
 #: True when this module runs compiled (the optional mypyc build, see :mod:`keyqueue._build`). A compiled call has
 #: no Python frame, so the frame walk of :meth:`ShellBase._acquire_unless_own` could not find it: the compiled build
-#: guards every queue with a :class:`HolderLock` instead, which records the thread that holds it.
+#: guards every queue with a :class:`HolderLock` instead, which knows the thread that holds it.
 COMPILED: Final = not hasattr(_probe, "__code__")
 
 
