@@ -325,9 +325,11 @@ class QueueCore(CoreBase[T]):
         "_kept",
         "_latest_ns",
         "_now",
+        "_push",
         "_queue_obs",
         "_seq",
         "_sorted",
+        "_take",
         "_touch",
         "_waiting",
         "_work_obs",
@@ -350,6 +352,10 @@ class QueueCore(CoreBase[T]):
         # fifo is the order in which keys will be handed out (a deque, or the queue's own Ordering). Every key in
         # fifo is in dirty and not in processing, and appears in fifo once.
         self.fifo: Ordering[T] = deque() if ordering is None else ordering
+        # Its append and popleft, bound once: the compiled build would otherwise look each method up by name on
+        # every call (the fifo is only known to be an Ordering). The fifo object is never replaced.
+        self._push: Callable[[T], object] = self.fifo.append
+        self._take: Callable[[], T] = self.fifo.popleft
         # The ordering's Touch hook (None for the FIFO): called for an add of a key that is waiting.
         self._touch: Callable[[T], object] | None = getattr(ordering, "touch", None)
         # dirty holds every key that needs processing: the waiting ones (in fifo) and the ones re-added while
@@ -452,7 +458,7 @@ class QueueCore(CoreBase[T]):
                 metrics.add(item, self._now() if at_ns is None else at_ns)
             if marked:
                 return MARKED
-            self.fifo.append(item)
+            self._push(item)
         except BaseException:
             discard_identity(dirty, item)
             raise
@@ -560,7 +566,7 @@ class QueueCore(CoreBase[T]):
                 # A live entry its key's hash cannot find: the key was mutated while delayed. Forget the entry and
                 # put the key in the fifo without marking it dirty: the pop that reaches it raises KeyMutatedError.
                 purge_stale(waiting, item)
-                self.fifo.append(item)
+                self._push(item)
         return fired
 
     def _fire_sorted_prefix(self, heap: list[list[Any]], due: int) -> int:
@@ -581,7 +587,7 @@ class QueueCore(CoreBase[T]):
                     fired += 1
                 else:  # mutated while delayed: as in the heappop loop of promote_due
                     purge_stale(waiting, item)
-                    self.fifo.append(item)
+                    self._push(item)
         except BaseException:
             heap[0:0] = batch[i:]  # what was not reached stays delayed, in order (the list stays sorted)
             raise
@@ -640,7 +646,7 @@ class QueueCore(CoreBase[T]):
         fifo = self.fifo
         if not fifo:
             return EMPTY
-        item = fifo.popleft()
+        item = self._take()
         # The rule for a key whose own __hash__/__eq__ raises here: it stays waiting (dirty, in the fifo, once),
         # but behind the others, so that one such key cannot block every key queued after it; the exception
         # propagates. Adding it to processing comes first: undoing that needs no call of the key's methods
@@ -666,7 +672,7 @@ class QueueCore(CoreBase[T]):
                 discard_identity(self.processing, item)
                 if isinstance(exc, KeyError) and not self._findable(item):
                     raise self._mutated(item, "waiting in the queue") from None
-            fifo.append(item)
+            self._push(item)
             raise
         if metrics is None:
             return item
@@ -709,7 +715,7 @@ class QueueCore(CoreBase[T]):
                 dirty.add(item)
         except BaseException:
             return
-        self.fifo.append(item)
+        self._push(item)
 
     def _mutated(self, item: T, where: str) -> KeyMutatedError:
         """Forget ``item`` everywhere by identity (its hash changed, so lookups cannot find it) and return the
@@ -750,7 +756,7 @@ class QueueCore(CoreBase[T]):
             check_hashable(item)  # an unhashable item: the same clear TypeError as add() (nothing changed)
             raise
         if requeue:
-            self.fifo.append(item)
+            self._push(item)
         # Last: a hook that raises (the key's own methods, called inside it) leaves the queue consistent (the key
         # finished, and queued again if it was re-added); only the metric misses this done.
         if metrics is not None:
