@@ -10,7 +10,7 @@ out=bench-out
 mkdir -p "$out"
 TIMER=(--timer cpu)
 # The rows that depend on the compiled modules (the core, the shells, the limiters) and their baselines.
-COMPILED_ROWS='^(add\.dedup|add\.new|cycle|cycle\.no_busy_check|iter|bulk|bulk\.mem|delay\.real|delay\.fake|ratelimited|ratelimited\.default|metrics\.cycle|metrics\.hooks|metrics\.dedup|metrics\.noop|aio\.cycle|aio\.iter|aio\.loop_cycle|aio\.loop_iter|prio\.cycle|workers|wakeup|firehose|race|race\.control|scale\..*)$'
+COMPILED_ROWS='^(add\.dedup|add\.new|cycle|cycle\.no_busy_check|iter|bulk|bulk\.mem|delay\.real|delay\.fake|ratelimited|ratelimited\.default|metrics\.cycle|metrics\.hooks|metrics\.dedup|metrics\.noop|aio\.cycle|aio\.iter|aio\.loop_cycle|aio\.loop_iter|prio\.cycle|workers|wakeup|firehose|race|race\.control|base\.floor|base\.metrics_floor|scale\..*)$'
 
 echo "== pure build: the full run"
 .venv/bin/python -m benchmarks "${TIMER[@]}" --json "$out/pure.json" > "$out/pure.txt"

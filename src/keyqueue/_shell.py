@@ -47,10 +47,14 @@ T = TypeVar("T", bound=Hashable)
 
 #: Every this many lock-free dedup adds and threading-shell ``get`` calls (one count per queue), the call lets go
 #: of the GIL once before it does anything else (see :meth:`ShellBase._yield_gil`).
-YIELD_EVERY: Final = 256
+YIELD_EVERY: Final = 512
 
 #: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
-HANDOFF_GAP_NS: Final = 100_000
+#: The pair was 256 and 100 µs until the shells were compiled. A compiled add is cheaper, so 256 of them passed
+#: quicker and the GIL changed hands more often. In interleaved pairs of the 8-adder row, 512 and 300 µs gave
+#: 1.5-1.7 M adds/s and 550-620k keys/s compiled, against 1.0-1.3 M and 330-450k; the pure build did not change
+#: measurably; the wake-up and pipeline rows stayed within the noise.
+HANDOFF_GAP_NS: Final = 300_000
 
 _sleep = time.sleep  # module attributes (not Final): the tests replace _sleep
 _monotonic_ns = time.monotonic_ns
@@ -247,7 +251,7 @@ class ShellBase(Generic[T]):
         """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
         Every :data:`YIELD_EVERY`-th lock-free dedup add lets go of the GIL once, so that a thread adding in a loop
         does not starve the workers (see :meth:`_yield_gil`); in the threading shell an add that woke a blocked
-        getter also lets go of it once (at most once per 100 µs per queue), after releasing the lock, so that
+        getter also lets go of it once (at most once per 300 µs per queue), after releasing the lock, so that
         the getter runs promptly (see :attr:`_yield_after_wake`).
 
         Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
@@ -298,8 +302,8 @@ class ShellBase(Generic[T]):
         The gap bounds what the hand-off can cost: adders that wake getters at a high rate (producers outpacing the
         workers) would otherwise switch the GIL at every add, and every switch leaves the GIL idle until the woken
         thread is on a core (a convoy: in the 8-adder benchmark 28k keys/s and 0.03-0.1 M adds/s without the gap,
-        519k keys/s and 1.4-1.5 M adds/s with it). The time check and the write are not atomic; a lost update only
-        moves one hand-off."""
+        519k keys/s and 1.4-1.5 M adds/s with a gap of 100 µs). The time check and the write are not atomic; a lost
+        update only moves one hand-off."""
         now = _monotonic_ns()
         if now >= self._next_handoff_ns:
             self._next_handoff_ns = now + HANDOFF_GAP_NS
