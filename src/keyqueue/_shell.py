@@ -45,17 +45,6 @@ __all__ = ["COMPILED", "ENTRY_CODES", "HolderLock", "ShellBase"]
 
 T = TypeVar("T", bound=Hashable)
 
-#: Every this many lock-free dedup adds and threading-shell ``get`` calls (one count per queue), the call lets go
-#: of the GIL once before it does anything else (see :meth:`ShellBase._yield_gil`).
-YIELD_EVERY: Final = 512
-
-#: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
-#: The pair was 256 and 100 µs until the shells were compiled. A compiled add is cheaper, so 256 of them passed
-#: quicker and the GIL changed hands more often. In interleaved pairs of the 8-adder row, 512 and 300 µs gave
-#: 1.5-1.7 M adds/s and 550-620k keys/s compiled, against 1.0-1.3 M and 330-450k; the pure build did not change
-#: measurably; the wake-up and pipeline rows stayed within the noise.
-HANDOFF_GAP_NS: Final = 300_000
-
 _sleep = time.sleep  # module attributes (not Final): the tests replace _sleep
 _monotonic_ns = time.monotonic_ns
 _active_count = threading.active_count
@@ -69,6 +58,19 @@ def _probe() -> None:
 #: no Python frame, so the frame walk of :meth:`ShellBase._acquire_unless_own` could not find it: the compiled build
 #: guards every queue with a :class:`HolderLock` instead, which knows the thread that holds it.
 COMPILED: Final = not hasattr(_probe, "__code__")
+
+#: Every this many lock-free dedup adds and threading-shell ``get`` calls (one count per queue), the call lets go
+#: of the GIL once before it does anything else (see :meth:`ShellBase._yield_gil`).
+YIELD_EVERY: Final = 512 if COMPILED else 256
+
+#: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
+HANDOFF_GAP_NS: Final = 300_000 if COMPILED else 100_000
+
+# Both pairs aim at about the same time between two yields. A compiled dedup add is ~3x cheaper, so with the pure
+# build's 256 and 100 µs the GIL changed hands too often: in interleaved runs of the 8-adder row the compiled build
+# did 1.0-1.6 M adds/s and 520-550k keys/s with them, and 1.5-2.1 M adds/s and 580-670k keys/s with 512 and 300 µs
+# (firehose 2.6 -> 4.3-4.9 M adds/s; the wake-up row 30-34 -> 32-35 µs). The pure build's wake-up row went from ~42
+# to 128-157 µs with 512 and 300 µs (a woken worker waits for the adder's next yield), so it keeps its pair.
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -251,8 +253,8 @@ class ShellBase(Generic[T]):
         """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
         Every :data:`YIELD_EVERY`-th lock-free dedup add lets go of the GIL once, so that a thread adding in a loop
         does not starve the workers (see :meth:`_yield_gil`); in the threading shell an add that woke a blocked
-        getter also lets go of it once (at most once per 300 µs per queue), after releasing the lock, so that
-        the getter runs promptly (see :attr:`_yield_after_wake`).
+        getter also lets go of it once (at most once per :data:`HANDOFF_GAP_NS` per queue), after releasing the
+        lock, so that the getter runs promptly (see :attr:`_yield_after_wake`).
 
         Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
         ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).

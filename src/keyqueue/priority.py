@@ -211,8 +211,8 @@ class PriorityAdds(Generic[T]):
         """Add ``item`` at ``priority`` (an int; higher is served first; default 0), now or after ``after``
         seconds, optionally rate limited. Never blocks beyond the queue's short lock; never waits (the threading
         queue's add that makes a key ready for a blocked getter then lets go of the GIL once, ``time.sleep(0)``, at
-        most once per 300 µs, see :attr:`keyqueue._shell.ShellBase._yield_after_wake`); callable from any
-        thread (also on the asyncio queue).
+        most once per :data:`keyqueue._shell.HANDOFF_GAP_NS`, see
+        :attr:`keyqueue._shell.ShellBase._yield_after_wake`); callable from any thread (also on the asyncio queue).
 
         * ``after <= 0``: ready now. ``after > 0``: ready then (``math.inf``: never, in practice).
         * ``rate_limited=True``: the limiter records a failure of ``item`` and its delay ``r`` is used, or
