@@ -66,11 +66,11 @@ YIELD_EVERY: Final = 512 if COMPILED else 256
 #: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
 HANDOFF_GAP_NS: Final = 300_000 if COMPILED else 100_000
 
-# Both pairs aim at about the same time between two yields. A compiled dedup add is ~3x cheaper, so with the pure
+# Both pairs aim at about the same time between two yields. A compiled dedup add is 2-3x cheaper, so with the pure
 # build's 256 and 100 µs the GIL changed hands too often: in interleaved runs of the 8-adder row the compiled build
-# did 1.0-1.6 M adds/s and 520-550k keys/s with them, and 1.5-2.1 M adds/s and 580-670k keys/s with 512 and 300 µs
-# (firehose 2.6 -> 4.3-4.9 M adds/s; the wake-up row 30-34 -> 32-35 µs). The pure build's wake-up row went from ~42
-# to 128-157 µs with 512 and 300 µs (a woken worker waits for the adder's next yield), so it keeps its pair.
+# did 1.25-1.59 M adds/s and 524-547k keys/s with them, and 1.53-2.05 M adds/s and 585-673k keys/s with 512 and
+# 300 µs (firehose 2.6 -> 4.3-4.9 M adds/s; the wake-up row 30-34 -> 32-35 µs). The pure build's wake-up row went
+# from ~42 to 128-157 µs with 512 and 300 µs (a woken worker waits for the adder's next yield), so it keeps its pair.
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
