@@ -521,6 +521,24 @@ class ShellBase(Generic[T]):
         elif self._drainers and self._core.idle():
             self._wake_drainers()
 
+    def _wait_budget(self, wait: float | None, timeout: object, others_waiting: bool) -> float | None:
+        """For a getter that found nothing ready (lock held): how long it may wait now, in seconds (``None``: until
+        woken). ``wait`` is what is left of its timeout (``None``: no timeout); the result is that, shortened to
+        the real time until the next delayed key falls due. Raises ``TimeoutError`` once ``wait <= 0``, after
+        passing the wake-up on to another getter (``others_waiting``) if a delayed key exists: ``add_after`` may
+        have woken this one to take on a new, earlier deadline."""
+        core = self._core
+        if wait is not None and wait <= 0:
+            if others_waiting and core.next_ready_ns() is not None:
+                self._wake_one()
+            raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
+        due = core.next_ready_ns()
+        if due is not None:
+            until_due = self.clock.real_wait(due)
+            if until_due is not None and (wait is None or until_due < wait):
+                return until_due
+        return wait
+
     def _after_failed_pop(self) -> None:
         """``pop()`` raised (lock held): the keys behind the failed one may be ready, and this getter may have been
         the one woken for them, so pass the wake-up on."""

@@ -120,17 +120,8 @@ class Queue(ShellBase[T]):
         while True:
             if core.shutting_down:
                 raise ShutDown
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                if self._getters and core.next_ready_ns() is not None:
-                    # add_after() may have woken this getter to take on a new, earlier deadline: pass it on.
-                    self._wake_one()
-                raise TimeoutError(f"get() timed out after {timeout} s with no key ready")
-            due = core.next_ready_ns()
-            if due is not None:
-                until_due = self.clock.real_wait(due)
-                if until_due is not None and (wait is None or until_due < wait):
-                    wait = until_due
+            wait = self._wait_budget(None if deadline is None else deadline - time.monotonic(), timeout,
+                                     self._getters > 0)
             self._getters += 1
             self._contended = True  # a getter waits: someone else is expected to add
             try:
