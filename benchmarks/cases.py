@@ -8,7 +8,6 @@ so the rows measure the queue, not string hashing.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import dataclasses
 import gc
@@ -16,7 +15,6 @@ import importlib
 import inspect
 import queue
 import statistics
-import textwrap
 import threading
 import time
 import tracemalloc
@@ -87,49 +85,6 @@ def _cycle_of(make: Callable[[], Any]) -> Callable[[Context], Measurement]:
     return run
 
 
-def _without_busy_lock_check(cls: type[Any]) -> type[Any]:
-    """A subclass of ``cls`` whose ``add`` and ``done`` are compiled from the shell's own source with issue 16
-    item 1's busy-lock check taken out: every ``if not lock.locked(): lock.acquire()`` / ``elif`` (defer) chain
-    becomes a plain ``lock.acquire()``. The A/B partner of the ``cycle`` row (what that check costs), built from
-    the same source so that it cannot drift from it. Raises if the source no longer has such a check."""
-    from keyqueue import _shell
-
-    def is_check(node: ast.AST) -> bool:
-        test = node.test if isinstance(node, ast.If) else None
-        return (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
-                and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "locked")
-
-    class Strip(ast.NodeTransformer):
-        stripped = 0
-
-        def visit_If(self, node: ast.If) -> Any:
-            if is_check(node):
-                Strip.stripped += 1
-                return node.body  # `lock.acquire()` alone; the elif branch (defer) goes
-            return self.generic_visit(node)
-
-    methods: dict[str, Any] = {}
-    for name in ("add", "done"):
-        tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(_shell.ShellBase, name))))
-        before = Strip.stripped
-        tree = ast.fix_missing_locations(Strip().visit(tree))
-        if Strip.stripped == before:
-            raise AssertionError(f"ShellBase.{name} has no busy-lock check to take out: update this A/B")
-        namespace: dict[str, Any] = {}
-        exec(compile(tree, f"<{name} without the busy-lock check>", "exec"), vars(_shell), namespace)
-        methods[name] = namespace[name]
-    return type(f"{cls.__name__}WithoutBusyLockCheck", (cls,), methods)
-
-
-def _cycle_without_busy_lock_check(ctx: Context) -> Measurement | Skip:
-    from keyqueue import _shell
-
-    if _shell.COMPILED:  # compiled, the check is a HolderLock read (see keyqueue._shell) and no source is rebuilt
-        return Skip("the shells are compiled in this build: the A/B rebuilds interpreted methods from their source, "
-                    "so it runs on the pure build only")
-    return _cycle_of(_without_busy_lock_check(Queue))(ctx)
-
-
 def _cycle_floor(ctx: Context) -> Measurement:
     # The issue's floor: what add+get+done must do, written inline (no method calls): the dirty/processing sets, the
     # deque and three lock pairs, in client-go's order. No dedup fast path, no metrics, no waking.
@@ -146,7 +101,7 @@ def _cycle_floor(ctx: Context) -> Measurement:
 def _metrics_floor(ctx: Context) -> Measurement:
     # base.floor with what client-go's metrics add to it, also inline: three reads of the monotonic clock (add,
     # get, done), the dirty and processing dicts holding each key's time (so depth is len(dirty)), and the queue
-    # and work durations appended to two buffers that are emptied every 256 (where keyqueue's ledger folds them).
+    # and work durations appended to two buffers that are emptied every 256.
     # The Prometheus objects are not touched: this is the least a queue can do per cycle and still report them.
     stmt = (
         "acquire()\nif k not in dirty:\n    dirty[k] = now()\n    if k not in processing: append(k)\nrelease()\n"
@@ -262,14 +217,12 @@ def _prometheus_provider() -> Any:
     return cls(registry=CollectorRegistry())
 
 
-def _metrics_row(stmt: str, setup: str, ledger: bool = True) -> Callable[[Context], Measurement | Skip]:
+def _metrics_row(stmt: str, setup: str) -> Callable[[Context], Measurement | Skip]:
     def run(ctx: Context) -> Measurement | Skip:
         provider = _prometheus_provider()
         if isinstance(provider, Skip):
             return provider
         q: Queue[str] = Queue(name="keyqueue_bench", metrics_provider=provider)
-        if not ledger:  # the A/B: the core calls the recorder's add/get/done methods, as before issue 18's ledger
-            q._core._ledger = None
         return time_inline(ctx, stmt, setup, {"q": q, "k": KEY})
     return run
 
@@ -350,44 +303,6 @@ async def _aio_iterate_body(q: Any, k: str, n: int) -> None:
     await it.aclose()
 
 
-def _aio_foreign_add(n: int) -> Callable[[Context], Measurement | Skip]:
-    """``add`` of ``n`` new keys to a loop-owned queue from a thread other than its loop's (each → DEFERRED): the
-    queue is built in a loop in a helper thread, so the measuring thread is a foreign one. The loop is not
-    running while the adds are timed: the row times handing the calls over, not applying them."""
-    def run(ctx: Context) -> Measurement | Skip:
-        aio = _import_aio()
-        if isinstance(aio, Skip):
-            return aio
-        if not hasattr(aio, "LoopQueue"):
-            return Skip("keyqueue.aio.LoopQueue does not exist yet")
-        loops: list[asyncio.AbstractEventLoop] = []
-
-        def make() -> Any:
-            made: list[Any] = []
-
-            def build() -> None:
-                loop = asyncio.new_event_loop()
-                loops.append(loop)
-
-                async def new() -> Any:
-                    return aio.LoopQueue()
-
-                made.append(loop.run_until_complete(new()))
-
-            t = threading.Thread(target=build)
-            t.start()
-            t.join()
-            return made[0]
-
-        try:
-            return time_batch(ctx, "for k in ks: add(k)", "q = make(); add = q.add", {"make": make, "ks": keys(n)},
-                              ops=n, unit="ns/op")
-        finally:
-            for loop in loops:
-                loop.close()
-    return run
-
-
 def _aio_dedup(ctx: Context) -> Measurement | Skip:
     aio = _import_aio()
     if isinstance(aio, Skip):
@@ -405,13 +320,7 @@ def _aio_dedup(ctx: Context) -> Measurement | Skip:
 
 
 def _priority_cls() -> Any:
-    cls = getattr(keyqueue, "PriorityQueue", None)
-    if cls is None:
-        try:
-            cls = importlib.import_module("keyqueue.priority").PriorityQueue
-        except (ImportError, AttributeError) as e:
-            return Skip(f"keyqueue.PriorityQueue does not exist yet (priority-queue issue in progress): {e}")
-    return cls
+    return keyqueue.PriorityQueue
 
 
 def _prio_cycle(priority: int | None) -> Callable[[Context], Measurement | Skip]:
@@ -462,32 +371,6 @@ def _deque_lock(ctx: Context) -> Measurement:
              "append = d.append; popleft = d.popleft")
     return time_inline(ctx, "acquire(); append(k); release(); acquire(); popleft(); release()", setup,
                        {"deque": deque, "Lock": threading.Lock, "k": KEY})
-
-
-def _owner_check(how: str) -> Callable[[Context], Measurement]:
-    """One "is this the owner thread?" check, the ways a loop-owned queue could make it (issue 18), timed in the
-    thread that owns (the check passes), inside a running loop: ``_is_owned()`` of an RLock the owner holds (what
-    ``keyqueue.aio.LoopQueue`` uses), ``threading.get_ident()`` compared with the owner's, ``_get_running_loop()``
-    compared with the loop."""
-    def run(ctx: Context) -> Measurement:
-        loop = asyncio.new_event_loop()
-        lock = threading.RLock()
-        lock.acquire()
-        stmt, names = {
-            "is_owned": ("lock._is_owned()", {"lock": lock}),
-            "get_ident": ("get_ident() != owner", {"get_ident": threading.get_ident, "owner": threading.get_ident()}),
-            "running_loop": ("get_running() is loop", {"get_running": asyncio._get_running_loop, "loop": loop}),
-        }[how]
-
-        async def measure() -> Measurement:
-            return time_inline(ctx, stmt, "pass", names)
-
-        try:
-            return loop.run_until_complete(measure())
-        finally:
-            lock.release()
-            loop.close()
-    return run
 
 
 async def _asyncio_queue_body(q: Any, k: str, n: int) -> None:
@@ -663,8 +546,6 @@ def build_cases(smoke: bool) -> list[Case]:
              baseline="base.set_in", reference="22 ns"),
         Case("cycle", "add+get+done, one key", G_CORE, _cycle_of(Queue), baseline="base.queue",
              checks=cycle_targets, reference="108–115 ns"),
-        Case("cycle.no_busy_check", "the same, add/done without issue 16's busy-lock check (A/B)", G_CORE,
-             _cycle_without_busy_lock_check, baseline="cycle", needs=("cycle",)),
         Case("iter", "for key in q: + add(key) per iteration", G_CORE, _iterate, baseline="cycle",
              checks=(Check("≤ 600 ns", "le", 600.0),), needs=("cycle",)),
         Case("cycle.newkey", f"add+get+done, a new key each cycle ({n_new:,})", G_CORE, _cycle_new_key(n_new),
@@ -685,8 +566,6 @@ def build_cases(smoke: bool) -> list[Case]:
         # optional modules
         Case("metrics.cycle", "add+get+done, PrometheusMetricsProvider", G_OPT, _metrics_row(_CYCLE, _CYCLE_SETUP),
              baseline="cycle", checks=(Check("≤ 1.5x without metrics", "le", 1.5, ref="cycle"),), needs=("cycle",)),
-        Case("metrics.hooks", "the same, recorder's get/done methods instead of the core's ledger (A/B)", G_OPT,
-             _metrics_row(_CYCLE, _CYCLE_SETUP, ledger=False), baseline="metrics.cycle", needs=("metrics.cycle",)),
         Case("metrics.dedup", "add dedup, PrometheusMetricsProvider", G_OPT,
              _metrics_row("add(k)", "add = q.add; add(k)"), baseline="add.dedup",
              checks=(Check("≤ 2x without metrics", "le", 2.0, ref="add.dedup"),), needs=("add.dedup",)),
@@ -696,13 +575,6 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("≤ 1.5x threading cycle", "le", 1.5, ref="cycle"),), needs=("cycle",)),
         Case("aio.iter", "asyncio shell: async for key in q: + add(key)", G_OPT, _aio_row("Queue", iterate=True),
              baseline="base.asyncio", needs=("base.asyncio",)),
-        Case("aio.loop_cycle", "loop-owned asyncio queue (LoopQueue): add + await get + done", G_OPT,
-             _aio_row("LoopQueue"), baseline="base.asyncio",
-             checks=(Check("≤ 1.0x asyncio.Queue", "le", 1.0, ref="base.asyncio"),), needs=("base.asyncio",)),
-        Case("aio.loop_iter", "LoopQueue: async for key in q: + add(key)", G_OPT, _aio_row("LoopQueue", iterate=True),
-             baseline="base.asyncio", needs=("base.asyncio",)),
-        Case("aio.loop_foreign_add", f"LoopQueue: add from another thread, {n_new:,} new keys → DEFERRED", G_OPT,
-             _aio_foreign_add(n_new), baseline="add.new", needs=("add.new",)),
         Case("aio.dedup", "asyncio shell: add, key waiting → DEDUP", G_OPT, _aio_dedup, baseline="add.dedup",
              needs=("add.dedup",)),
         Case("prio.cycle", "PriorityQueue add+get+done, one key", G_OPT, _prio_cycle(None), baseline="cycle",
@@ -725,25 +597,16 @@ def build_cases(smoke: bool) -> list[Case]:
         Case("base.naive", "naive locked workqueue add+get+done", G_BASE, _cycle_of(NaiveWorkQueue),
              reference="790–1,100 ns (CPython)"),
         Case("base.asyncio", "asyncio.Queue await put + await get", G_BASE, _asyncio_queue),
-        Case("base.owner.is_owned", "owner check: RLock._is_owned() (LoopQueue's)", G_BASE, _owner_check("is_owned"),
-             baseline="base.loop", needs=("base.loop",)),
-        Case("base.owner.get_ident", "owner check: threading.get_ident() != owner", G_BASE,
-             _owner_check("get_ident"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
-        Case("base.owner.running_loop", "owner check: asyncio._get_running_loop() is loop", G_BASE,
-             _owner_check("running_loop"), baseline="base.owner.is_owned", needs=("base.owner.is_owned",)),
         Case("base.aiok8s", "aiok8s 0.0.2 await add+get+done", G_BASE, _aiok8s),
     ]
     for n, cid in zip(scale_sizes, scale_ids, strict=True):
         cases.append(Case(cid, f"{n:,} keys queued", G_SCALE, _scale(n), baseline=scale_ids[0],
                           reference="172 ns (10k)" if n == 10**4 else ""))
     interleaved = {
-        "add.dedup", "add.processing_dedup", "cycle", "cycle.no_busy_check", "base.floor", "base.metrics_floor", "iter",
-        "aio.iter",
-        "metrics.cycle", "metrics.hooks", "metrics.dedup",
-        "metrics.noop", "aio.cycle", "aio.loop_cycle", "aio.loop_iter",
-        "aio.dedup", "prio.cycle", "prio.cycle_priority", "base.loop", "base.set_in", "base.lock", "base.queue",
-        "base.simplequeue", "base.deque_lock", "base.naive", "base.asyncio", "base.aiok8s", "base.owner.is_owned",
-        "base.owner.get_ident", "base.owner.running_loop", *scale_ids,
+        "add.dedup", "add.processing_dedup", "cycle", "base.floor", "base.metrics_floor", "iter", "aio.iter",
+        "metrics.cycle", "metrics.dedup", "metrics.noop", "aio.cycle", "aio.dedup", "prio.cycle", "prio.cycle_priority",
+        "base.loop", "base.set_in", "base.lock", "base.queue", "base.simplequeue", "base.deque_lock", "base.naive",
+        "base.asyncio", "base.aiok8s", *scale_ids,
     }
     # "Flat" (O(1) per operation): 1,000x more keys may cost a little more through cache misses, not by a factor
     # that grows with the size (O(log n) would be ~2x over this range, O(n) ~1,000x).

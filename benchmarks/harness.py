@@ -411,14 +411,10 @@ def machine_info() -> dict[str, Any]:
         import keyqueue
 
         kq_version = keyqueue.__version__
-        built = keyqueue.build_info()
-        kq_build: dict[str, Any] | None = {
-            "kind": built.kind, "compiled": list(built.compiled), "interpreted": list(built.interpreted),
-            "path": os.path.dirname(keyqueue.__file__ or ""),
-        }
+        kq_path: str | None = os.path.dirname(keyqueue.__file__ or "")
     except (ImportError, AttributeError):
         kq_version = "unknown"
-        kq_build = None
+        kq_path = None
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
@@ -429,7 +425,7 @@ def machine_info() -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "python_build": " ".join(platform.python_build()),
         "keyqueue_version": kq_version,
-        "keyqueue_build": kq_build,  # pure Python or mypyc-compiled (keyqueue.build_info())
+        "keyqueue_path": kq_path,  # which source tree was measured
         "git_commit": _git_commit(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "loadavg_at_start": load,

@@ -175,18 +175,6 @@ def _run_all(
 _REFERENCE_PRIMITIVES = {"base.queue": 1080.0, "base.lock": 61.0, "base.simplequeue": 39.0, "base.set_in": 11.5}
 
 
-def describe_build(build: Mapping[str, Any] | None) -> str:
-    """The report's ``build:`` line: which build of keyqueue ran (``machine_info()['keyqueue_build']``)."""
-    if build is None:
-        return "unknown (keyqueue not importable)"
-    kind = build["kind"]
-    what = {"pure": "pure Python (the default build)", "mypyc": "mypyc-compiled (KEYQUEUE_MYPYC=1 pip install .)",
-            "mixed": "MIXED: some of the compiled build's modules are not compiled"}[kind]
-    if build["compiled"]:
-        what += ": " + ", ".join(build["compiled"])
-    return f"{what}; keyqueue from {build['path']}"
-
-
 def _machine_vs_reference(results: Mapping[str, Result]) -> str:
     """How fast this machine runs CPython primitives compared with the reference machine of benchmarks/REFERENCE.md."""
     parts = [
@@ -292,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"python:  {info['python_implementation']} {info['python']} ({info['python_build']})", file=out)
     print(f"date:    {info['date']}   keyqueue {info['keyqueue_version']} @ {info['git_commit']}   "
           f"run took {elapsed:.0f} s   load avg start {info['loadavg_at_start']} end {load_end}", file=out)
-    print(f"build:   {describe_build(info['keyqueue_build'])}", file=out)
+    print(f"source:  keyqueue from {info['keyqueue_path']}", file=out)
     print(f"harness: {HARNESS}", file=out)
     if args.timer == "cpu":
         print("timer:   --timer cpu: per-operation and batch rows are this thread's CPU time (time.thread_time), "

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.shells import LOOP_SKIPS, REDIS_SHELLS, REDIS_SKIPS, SHELLS
+from tests.shells import REDIS_SHELLS, REDIS_SKIPS, SHELLS
 
 
 @pytest.fixture(params=sorted(SHELLS))
@@ -39,10 +39,6 @@ def make_queue(shell: str, request: pytest.FixtureRequest) -> Iterator[Callable[
         if reason is not None:
             pytest.skip(reason)
         url = request.getfixturevalue("redis_url")
-    elif shell == "asyncio-loop":
-        reason = LOOP_SKIPS.get(request.node.originalname)
-        if reason is not None:
-            pytest.skip(reason)
 
     def factory(kind: str = "queue", *args: Any, **kwargs: Any) -> Any:
         if shell in REDIS_SHELLS:

@@ -137,64 +137,7 @@ def aio(kind: str, *args: Any, **kwargs: Any) -> AioFacade:
     return AioFacade(cls(*args, **kwargs))
 
 
-class LoopFacade(AioFacade):
-    """A loop-owned keyqueue.aio queue (``LoopQueue`` ...) behind the synchronous API.
-
-    The queue is built in the facade's loop thread (it binds to that loop) and every call, the plain methods too,
-    runs there, the caller blocking for its result: the only thread that may use the queue's state. Attributes
-    that are not methods (``clock``, ``rate_limiter``, ``shutting_down``, ``_getters`` ...) are read directly.
-    The cross-thread path (adds handed to the loop, foreign calls refused) has its own tests in
-    ``tests/aio/test_loop_owned.py``.
-    """
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._loop = LoopThread()
-
-        async def build() -> Any:
-            return make()
-
-        self.queue = self._loop.run(build())
-
-    def _on_loop(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        async def call() -> R:
-            return fn(*args, **kwargs)
-
-        return self._loop.run(call())
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.queue, name)
-        if callable(attr) and getattr(attr, "__self__", None) is self.queue:  # a method (compiled ones too)
-            return lambda *a, **kw: self._on_loop(attr, *a, **kw)
-        return attr
-
-    def __len__(self) -> int:
-        return self._on_loop(len, self.queue)
-
-    def __repr__(self) -> str:
-        return f"<LoopFacade {self.queue!r}>"
-
-
-def aio_loop(kind: str, *args: Any, **kwargs: Any) -> LoopFacade:
-    cls = getattr(keyqueue.aio, "Loop" + _AIO_NAMES[kind])
-    return LoopFacade(lambda: cls(*args, **kwargs))
-
-
-SHELLS: dict[str, ShellFactory] = {"threaded": threaded, "asyncio": aio, "asyncio-loop": aio_loop}
-
-# Cases that cannot apply to the loop-owned queues (tests/conftest.py's make_queue skips them, with the reason).
-_NO_METRICS = ("a loop-owned queue emits no metrics (a scrape would read it from another thread): a name with a "
-               "provider raises ValueError (tests/aio/test_loop_owned.py)")
-LOOP_SKIPS: dict[str, str] = {
-    case: _NO_METRICS
-    for case in (
-        "test_unnamed_queue_exports_nothing_in_either_shell",  # its control is a named queue with a provider
-        "test_sequence_recording_provider",
-        "test_sequence_snapshot_provider",
-        "test_sequence_prometheus_exposition",
-        "test_metric_shutdown",
-        "test_metrics",
-    )
-}
+SHELLS: dict[str, ShellFactory] = {"threaded": threaded, "asyncio": aio}
 
 
 def _redis_args(kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:

@@ -27,9 +27,8 @@ ALWAYS = {
     "race.control",
 }
 # Rows that depend on modules or packages that may be missing: measured, or skipped with a reason.
-OPTIONAL = {"metrics.cycle", "metrics.dedup", "metrics.noop", "aio.cycle", "aio.dedup", "aio.loop_cycle",
-            "aio.loop_iter", "aio.loop_foreign_add", "prio.cycle", "prio.cycle_priority", "prio.bulk", "base.aiok8s",
-            "pipeline.get_c1", "pipeline.get", "pipeline.get_idle"}
+OPTIONAL = {"metrics.cycle", "metrics.dedup", "metrics.noop", "aio.cycle", "aio.dedup", "prio.cycle",
+            "prio.cycle_priority", "prio.bulk", "base.aiok8s", "pipeline.get_c1", "pipeline.get", "pipeline.get_idle"}
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +92,7 @@ TARGET_ROWS = {
     "add.dedup": 1, "cycle": 2, "bulk": 1, "bulk.mem": 1, "scale.flatness": 1, "firehose": 1, "race": 2,
     "race.control": 1,
 }
-OPTIONAL_TARGET_ROWS = {"aio.cycle": 1, "aio.loop_cycle": 1, "metrics.cycle": 1, "metrics.dedup": 1}
+OPTIONAL_TARGET_ROWS = {"aio.cycle": 1, "metrics.cycle": 1, "metrics.dedup": 1}
 
 
 def test_every_target_is_judged(smoke_run: dict[str, Any]) -> None:
@@ -131,8 +130,8 @@ def test_only_selects_matching_rows_and_what_they_compare_with() -> None:
     assert chosen == {"cycle", "base.queue"}
     chosen = {c.id for c in select(build_cases(smoke=True), "aio.cycle")}
     assert {"aio.cycle", "cycle", "base.queue"} <= chosen
-    chosen = {c.id for c in select(build_cases(smoke=True), "^aio.loop_cycle$")}
-    assert chosen == {"aio.loop_cycle", "base.asyncio"}
+    chosen = {c.id for c in select(build_cases(smoke=True), "^aio.iter$")}
+    assert chosen == {"aio.iter", "base.asyncio"}
     assert "bulk" not in chosen
 
 
@@ -175,17 +174,17 @@ def test_context_sizes() -> None:
     assert Context(smoke=False).size(1000, 10) == 1000
 
 
-def test_readme_table_is_generated_from_the_report(smoke_run: dict[str, Any], tmp_path: Path) -> None:
-    from benchmarks.readme_table import BEGIN, END, render, replace_between_markers
-    from benchmarks.readme_table import main as table_main
+def test_docs_table_is_generated_from_the_report(smoke_run: dict[str, Any], tmp_path: Path) -> None:
+    from benchmarks.docs_table import BEGIN, END, render, replace_between_markers
+    from benchmarks.docs_table import main as table_main
 
     report = smoke_run["report"]
-    table = render(report, compiled=report)
+    table = render(report)
     for r in report["results"]:
         if r["targets"]:
             assert f"| {r['name']} |" in table, r["id"]
-    assert "compiled build" in table and "--smoke" in table
-    readme = tmp_path / "README.md"
+    assert "--smoke" in table
+    readme = tmp_path / "performance.md"
     readme.write_text(f"intro\n{BEGIN}\nold table\n{END}\noutro\n")
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(report))
@@ -200,10 +199,10 @@ def test_readme_table_is_generated_from_the_report(smoke_run: dict[str, Any], tm
     assert readme.read_text() == f"{END}\n{BEGIN}\n"
 
 
-def test_readme_table_takes_rows_from_the_last_report_that_has_them(smoke_run: dict[str, Any]) -> None:
+def test_docs_table_takes_rows_from_the_last_report_that_has_them(smoke_run: dict[str, Any]) -> None:
     import copy
 
-    from benchmarks.readme_table import render
+    from benchmarks.docs_table import render
 
     full = smoke_run["report"]
     later = copy.deepcopy(full)

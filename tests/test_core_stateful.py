@@ -15,7 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from keyqueue._core import _SUPERSEDED, EMPTY, AddResult, CountingCore, QueueCore
+from keyqueue._core import EMPTY, AddResult, QueueCore
+from keyqueue._core.delays import _GONE
 from keyqueue.clock import FakeClock, seconds_to_ns
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])
@@ -123,13 +124,13 @@ class CoreVsModel(RuleBasedStateMachine):
     def same_observable_state(self) -> None:
         self.model_fire_due()
         assert self.core.ready_len() == len(self.fifo)
-        assert list(self.core.fifo) == self.fifo
+        assert list(self.core.ordering) == self.fifo
         waiting = {k for k, s in self.state.items() if s == WAITING}
         dirty = waiting | {k for k, s in self.state.items() if s == PROCESSING_DIRTY}
         processing = {k for k, s in self.state.items() if s in (PROCESSING, PROCESSING_DIRTY)}
         assert self.core.dirty == dirty
         assert self.core.processing == processing
-        assert self.core.delayed_count == len(self.delayed)
+        assert len(self.core.delays) == len(self.delayed)
         nxt = self.core.next_ready_ns()
         assert nxt == (min(v[0] for v in self.delayed.values()) if self.delayed else None)
         # client-go's invariant: every fifo entry is dirty and not processing, and appears once
@@ -137,9 +138,10 @@ class CoreVsModel(RuleBasedStateMachine):
         assert self.core.idle() == (not self.fifo and not processing)
         # No reference to a key the model no longer knows: the delayed heap holds only live entries' keys
         # (superseded slots let go of theirs), so a finished key that is not delayed is referenced nowhere.
-        heap_keys = {e[2] for e in self.core._heap if e[2] is not _SUPERSEDED}
+        delays = self.core.delays
+        heap_keys = {e[3] for e in [*delays._run, *delays._heap] if e[3] is not _GONE}
         assert heap_keys == set(self.delayed)
-        assert set(self.core._waiting) == set(self.delayed)
+        assert set(delays.live) == set(self.delayed)
 
 
 class CountingCoreVsModel(CoreVsModel):
@@ -147,7 +149,7 @@ class CountingCoreVsModel(CoreVsModel):
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = CountingCore(self.clock)
+        self.core = QueueCore(self.clock, stats=True)
 
     @invariant()
     def counters_add_up(self) -> None:
@@ -170,7 +172,7 @@ def test_model_catches_a_broken_core() -> None:
         def done(self, item: str) -> bool:
             self.processing.discard(item)
             if item in self.dirty:
-                self.fifo.append(item)
+                self.ordering.append(item)
                 return True
             return False
 
@@ -198,16 +200,16 @@ def test_heap_of_superseded_entries_stays_bounded_and_correct() -> None:
     assert core.add_after("mid", 600.0) == AddResult.DELAYED
     for i in range(1000):
         assert core.add_after("a", 1000.0 - i) == AddResult.DELAYED  # each call moves "a" 1 s earlier
-        assert len(core._heap) <= max(65, 2 * core.delayed_count + 1)
+        assert len(core.delays._run) + len(core.delays._heap) <= 2 * len(core.delays) + 65
     assert core.add_after("a", 5.0) == AddResult.DELAY_KEPT  # 1.0 s is earlier
-    assert core.delayed_count == 3
+    assert len(core.delays) == 3
     assert core.next_ready_ns() == seconds_to_ns(1.0)
     clock.step(1.0)
     assert core.pop() == "a"
     assert core.next_ready_ns() == seconds_to_ns(600.0)
     clock.step(10_000.0)
     assert [core.pop(), core.pop(), core.pop()] == ["mid", "far", EMPTY]
-    assert core.delayed_count == 0 and core.next_ready_ns() is None
+    assert len(core.delays) == 0 and core.next_ready_ns() is None
 
 
 def test_superseded_entry_behind_a_live_one_lets_go_of_its_key() -> None:

@@ -1,5 +1,4 @@
-"""The hot path's scheduling and fused operations (issue 18): what they do, never how fast (speed lives in
-``benchmarks/``)."""
+"""The hot path's scheduling and fused operations: what they do, never how fast (speed lives in ``benchmarks/``)."""
 
 from __future__ import annotations
 
@@ -8,23 +7,26 @@ from typing import Any
 import pytest
 
 import keyqueue
-import keyqueue._shell as shell
+import keyqueue._gil as gil
 from keyqueue import PriorityQueue, Queue
+
+needs_gil = pytest.mark.skipif(not gil.GIL, reason="the GIL hand-off is off where the interpreter has no GIL")
 
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the GIL hand-overs (``time.sleep(0)`` calls) of the hot path, as if other threads were alive."""
     calls: list[float] = []
-    monkeypatch.setattr(shell, "_sleep", calls.append)
-    monkeypatch.setattr(shell, "_active_count", lambda: 2)
+    monkeypatch.setattr(gil, "_sleep", calls.append)
+    monkeypatch.setattr(gil, "_active_count", lambda: 2)
     return calls
 
 
+@needs_gil
 def test_lock_free_dedup_adds_hand_the_gil_over_once_per_yield_every(sleeps: list[float]) -> None:
     q: Queue[str] = Queue()
     q.add("a")
-    for _ in range(3 * shell.YIELD_EVERY):
+    for _ in range(3 * gil.YIELD_EVERY):
         assert q.add("a") is keyqueue.AddResult.DEDUP
     assert sleeps == [0, 0]  # the countdown starts at YIELD_EVERY, then each yield resets it
     assert q.get() == "a"  # the adds changed nothing else
@@ -41,47 +43,51 @@ def _share(q: Queue[Any]) -> None:
     t.join()
 
 
+@needs_gil
 def test_gets_of_a_queue_used_by_one_thread_do_not_count(sleeps: list[float]) -> None:
     q: Queue[int] = Queue()
-    for _ in range(3 * shell.YIELD_EVERY):
+    for _ in range(3 * gil.YIELD_EVERY):
         q.add(1)
         q.done(q.get())
     assert not sleeps
-    assert not q._contended
+    assert not q._gil.contended
 
 
+@needs_gil
 def test_gets_count_too_and_yield_before_taking_the_lock(sleeps: list[float]) -> None:
     q: Queue[Any] = Queue()
     _share(q)
-    assert q._contended and sleeps == [0]  # the add that woke the other thread's get handed the GIL over
+    assert q._gil.contended and sleeps == [0]  # the add that woke the other thread's get handed the GIL over
     sleeps.clear()
-    for i in range(shell.YIELD_EVERY + 1):
+    for i in range(gil.YIELD_EVERY + 1):
         q.add(i)
     assert not sleeps  # adds of new keys take the lock and are not counted
     order = []
-    for _ in range(shell.YIELD_EVERY + 1):
+    for _ in range(gil.YIELD_EVERY + 1):
         k = q.get()
         order.append(k)
         q.done(k)
     assert sleeps == [0]
-    assert order == list(range(shell.YIELD_EVERY + 1))
+    assert order == list(range(gil.YIELD_EVERY + 1))
 
 
+@needs_gil
 def test_priority_queue_dedup_adds_yield_too(sleeps: list[float]) -> None:
     q: PriorityQueue[str] = PriorityQueue()
     q.add("a", priority=3)
-    for _ in range(shell.YIELD_EVERY + 1):
+    for _ in range(gil.YIELD_EVERY + 1):
         assert q.add("a", priority=1) is keyqueue.AddResult.DEDUP
     assert len(sleeps) == 1
 
 
+@needs_gil
 def test_no_yield_without_other_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(shell, "_sleep", calls.append)
-    monkeypatch.setattr(shell, "_active_count", lambda: 1)
+    monkeypatch.setattr(gil, "_sleep", calls.append)
+    monkeypatch.setattr(gil, "_active_count", lambda: 1)
     q: Queue[str] = Queue()
     q.add("a")
-    for _ in range(2 * shell.YIELD_EVERY + 2):
+    for _ in range(2 * gil.YIELD_EVERY + 2):
         q.add("a")
     assert calls == []
 
@@ -97,6 +103,7 @@ def _blocked_getter(q: Any) -> tuple[Any, list[Any]]:
     return t, got
 
 
+@needs_gil
 def test_an_add_that_wakes_a_blocked_getter_hands_the_gil_over_once(sleeps: list[float]) -> None:
     q: Queue[str] = Queue()
     q.add("before")  # nobody waits: no hand-off
@@ -112,11 +119,12 @@ def test_an_add_that_wakes_a_blocked_getter_hands_the_gil_over_once(sleeps: list
     assert sleeps == [0]
 
 
+@needs_gil
 def test_hand_offs_are_at_least_handoff_gap_apart(sleeps: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
     now = [10**12]
-    monkeypatch.setattr(shell, "_monotonic_ns", lambda: now[0])
+    monkeypatch.setattr(gil, "_monotonic_ns", lambda: now[0])
     q: Queue[str] = Queue()
-    for key, step, expected in (("a", 0, [0]), ("b", shell.HANDOFF_GAP_NS - 1, [0]), ("c", 1, [0, 0])):
+    for key, step, expected in (("a", 0, [0]), ("b", gil.HANDOFF_GAP_NS - 1, [0]), ("c", 1, [0, 0])):
         now[0] += step
         t, got = _blocked_getter(q)
         assert q.add(key) is keyqueue.AddResult.QUEUED
@@ -125,10 +133,11 @@ def test_hand_offs_are_at_least_handoff_gap_apart(sleeps: list[float], monkeypat
         q.done(key)
 
 
+@needs_gil
 def test_the_hand_off_comes_after_the_lock_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
     q: Queue[str] = Queue()
     held: list[bool] = []
-    monkeypatch.setattr(shell, "_sleep", lambda s: held.append(q._lock.locked()))
+    monkeypatch.setattr(gil, "_sleep", lambda s: held.append(q._lock._is_owned()))
     t, got = _blocked_getter(q)
     q.add("a")
     t.join()
@@ -136,6 +145,7 @@ def test_the_hand_off_comes_after_the_lock_is_released(monkeypatch: pytest.Monke
     assert held and not held[0]  # the hand-off never holds the lock
 
 
+@needs_gil
 def test_priority_queue_hands_over_after_waking_for_a_ready_key_only(sleeps: list[float]) -> None:
     q: PriorityQueue[str] = PriorityQueue()
     t, got = _blocked_getter(q)
@@ -158,12 +168,12 @@ def test_asyncio_queue_adds_do_not_hand_over() -> None:
         while not q._getters:
             await asyncio.sleep(0)
         calls: list[float] = []
-        saved = shell._sleep
-        shell._sleep = calls.append  # type: ignore[assignment]
+        saved = gil._sleep
+        gil._sleep = calls.append  # type: ignore[assignment]
         try:
             q.add("a")  # wakes the getter on this loop: nothing to hand over
         finally:
-            shell._sleep = saved
+            gil._sleep = saved
         assert await getter == "a"
         return calls
 
@@ -236,7 +246,7 @@ def test_iteration_passes_a_wake_up_on_when_more_keys_are_ready() -> None:
     q.shut_down()
 
 
-# -- delayed entries: a batch that is all due fires in one sorted pass ---------------------------------------------
+# -- delayed entries: due entries fire in time order -----------------------------------------------------------
 
 
 def test_a_drain_of_due_entries_fires_them_in_time_order() -> None:
@@ -249,10 +259,10 @@ def test_a_drain_of_due_entries_fires_them_in_time_order() -> None:
     for k, d in delays.items():
         assert core.add_after(k, d) is keyqueue.AddResult.DELAYED
     assert core.add_after("a", 0.5) is keyqueue.AddResult.DELAYED  # supersedes a's entry at 3.0
-    clock.step(10)  # every entry is due: the one-sort path
+    clock.step(10)  # every entry is due
     assert core.promote_due(clock.now_ns()) == 4
-    assert list(core.fifo) == ["a", "b", "d", "c"]
-    assert core.delayed_count == 0 and core.next_ready_ns() is None
+    assert list(core.ordering) == ["a", "b", "d", "c"]
+    assert len(core.delays) == 0 and core.next_ready_ns() is None
 
 
 def test_an_exception_while_firing_keeps_what_was_not_reached_delayed() -> None:
@@ -276,19 +286,19 @@ def test_an_exception_while_firing_keeps_what_was_not_reached_delayed() -> None:
         def retry(self) -> None: ...
 
     clock = FakeClock()
-    core: QueueCore[str] = QueueCore(clock, Recorder())
+    core: QueueCore[str] = QueueCore(clock, metrics=Recorder())
     for i, k in enumerate("abcd"):
         core.add_after(k, 1.0 + i)
     clock.step(10)
     with pytest.raises(Boom):
         core.promote_due(clock.now_ns())
-    assert list(core.fifo) == ["a"]  # "b" was being fired when the recorder raised (as a heappop loop loses it)
-    assert core.delayed_count == 2  # c and d were not reached: still delayed, and fire next time
+    assert list(core.ordering) == ["a", "b"]  # "b" was queued when its recorder hook raised (the hook runs last)
+    assert len(core.delays) == 2  # c and d were not reached: still delayed, and fire next time
     assert core.promote_due(clock.now_ns()) == 2
-    assert list(core.fifo) == ["a", "c", "d"]
+    assert list(core.ordering) == ["a", "b", "c", "d"]
 
 
-# -- calls from a signal handler or __del__ while this thread holds the lock (issue 16, item 1) --------------------
+# -- calls from a signal handler or __del__ while this thread holds the lock ---------------------------------------
 
 
 class _ReentrantKey:
@@ -346,13 +356,13 @@ def test_calls_from_inside_a_critical_section_are_deferred_and_take_effect(kind:
 
 def test_signal_handler_adds_while_the_main_thread_works_the_queue() -> None:
     """A real signal handler calling add/done many times while the main thread runs add/get/done in a loop; in a
-    subprocess, so that a deadlock (the behaviour before the fix) fails the test instead of hanging it."""
+    subprocess, so that a deadlock fails the test instead of hanging it."""
     import subprocess
     import sys
     import textwrap
 
-    # The FIFO is a deque subclass with methods written in Python, which the core calls with the lock held: there a
-    # handler can interrupt the queue in both builds (compiled code itself has no point where a handler runs).
+    # The FIFO is a deque subclass with methods written in Python, which the core calls with the lock held: more
+    # points where a handler can interrupt the queue's own call.
     script = textwrap.dedent("""
         import collections, signal, keyqueue
         class Fifo(collections.deque):

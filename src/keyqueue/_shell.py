@@ -1,9 +1,16 @@
 """What the threading shell and the asyncio shell share: everything except waiting and waking.
 
-A shell is one :class:`~keyqueue._core.QueueCore` behind one :class:`threading.Lock`. The adding side (``add``,
-``add_after``, ``add_rate_limited``), inspection and construction are identical in both shells and live here;
-each shell supplies only how a getter waits and is woken (:meth:`ShellBase._init_waiting`,
-:meth:`ShellBase._wake_one`, :meth:`ShellBase._on_clock_jump`) and its blocking or awaitable methods.
+A shell is one state machine (:mod:`keyqueue._core`) behind one lock. The adding side (``add`` with its lock-free
+dedup probe, ``add_after``, ``add_rate_limited``, the priority queue's adds), ``done``, inspection and construction
+are the same in both shells and live here; each shell supplies how a getter waits and is woken
+(:meth:`Shell._wake_one`, :meth:`Shell._wake_drainers`, :meth:`Shell._on_clock_jump`) and its blocking or
+awaitable methods.
+
+**Calls from inside the queue's own calls.** A signal handler or a ``__del__`` can run in a thread between two
+bytecodes of one of the queue's calls, with the lock held. The lock is a :class:`threading.RLock`, which knows its
+owner: such a nested ``add``, ``add_after``, ``add_rate_limited`` or ``done`` is validated, queued and applied by a
+helper thread once the lock is free (``AddResult.DEFERRED``); any other nested call raises ``RuntimeError`` (it
+could neither wait for the lock nor run inside a half-made change).
 """
 
 from __future__ import annotations
@@ -12,521 +19,239 @@ import _thread
 import functools
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from types import CodeType, FrameType, TracebackType
-from typing import Any, ClassVar, Final, Generic, TypeVar, cast
+from types import TracebackType
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar, cast
 
-from keyqueue._build import mypyc_attr
 from keyqueue._core import (
-    DEDUP,
-    DEFERRED,
-    DELAYED,
-    DROPPED,
-    QUEUED,
     AddResult,
-    CoreBase,
-    CountingCore,
     Ordering,
+    PriorityCore,
     QueueCore,
     QueueSnapshot,
     QueueStats,
     check_delay,
     check_hashable,
     check_ordering,
+    check_priority,
 )
-from keyqueue.clock import Clock, RealClock
+from keyqueue._gil import GilHandOff
+from keyqueue.clock import Clock, RealClock, check_clock
 from keyqueue.metrics import recorder_for
 from keyqueue.metrics._recorders import PullRecorder, bind_core
-from keyqueue.ratelimit import RateLimiter
+from keyqueue.priority import PriorityDepth, default_priority_rate_limiter
+from keyqueue.ratelimit import RateLimiter, check_limiter, default_controller_rate_limiter
 
-__all__ = ["COMPILED", "ENTRY_CODES", "HolderLock", "ShellBase"]
+__all__ = ["DelayedAdds", "OwnedLock", "PriorityAdds", "RateLimitedAdds", "Shell"]
 
 T = TypeVar("T", bound=Hashable)
 
-_sleep = time.sleep  # module attributes (not Final): the tests replace _sleep
-_monotonic_ns = time.monotonic_ns
-_active_count = threading.active_count
+DEDUP: Final = AddResult.DEDUP
+DEFERRED: Final = AddResult.DEFERRED
+DELAYED: Final = AddResult.DELAYED
+QUEUED: Final = AddResult.QUEUED
 
 
-def _probe() -> None:
-    """Only looked at: compiled by mypyc, a function has no ``__code__`` (see :data:`COMPILED`)."""
+class OwnedLock(Protocol):
+    """A :class:`threading.RLock` as the shells use it: a plain lock that also knows whether this thread holds it."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def _is_owned(self) -> bool: ...
+
+    def __enter__(self) -> bool: ...
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None, /) -> None:
+        ...
 
 
-#: True when this module runs compiled (the optional mypyc build, see :mod:`keyqueue._build`). A compiled call has
-#: no Python frame, so the frame walk of :meth:`ShellBase._acquire_unless_own` could not find it: the compiled build
-#: guards every queue with a :class:`HolderLock` instead, which knows the thread that holds it.
-COMPILED: Final = not hasattr(_probe, "__code__")
+class Shell(Generic[T]):
+    """Construction, ``add``, ``done``, ``len``, ``stats``, ``snapshot``, ``shutting_down`` (see the module)."""
 
-#: Every this many lock-free dedup adds and threading-shell ``get`` calls (one count per queue), the call lets go
-#: of the GIL once before it does anything else (see :meth:`ShellBase._yield_gil`).
-YIELD_EVERY: Final = 512 if COMPILED else 256
-
-#: At most one GIL hand-off after a wake-up per this many ns per queue (see :meth:`ShellBase._hand_off`).
-HANDOFF_GAP_NS: Final = 300_000 if COMPILED else 100_000
-
-# Both pairs aim at about the same time between two yields. A compiled dedup add is 2-3x cheaper, so with the pure
-# build's 256 and 100 µs the GIL changed hands too often: in interleaved runs of the 8-adder row the compiled build
-# did 1.25-1.59 M adds/s and 524-547k keys/s with them, and 1.53-2.05 M adds/s and 585-673k keys/s with 512 and
-# 300 µs (firehose 2.6 -> 4.3-4.9 M adds/s; the wake-up row 30-34 -> 32-35 µs). The pure build's wake-up row went
-# from ~42 to 128-157 µs with 512 and 300 µs (a woken worker waits for the adder's next yield), so it keeps its pair.
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class HolderLock:
-    """The compiled build's queue lock: a lock that knows whether the calling thread holds it.
-
-    It is an :class:`_thread.RLock`, which records its owner as part of each acquisition (in C, so with no gap),
-    used as a plain lock: ``acquire`` by the thread that already holds it does not nest. A blocking one raises
-    ``RuntimeError`` (a call that cannot be deferred, such as ``get``, ``len`` or ``shut_down``, made by a signal
-    handler or ``__del__`` that interrupted one of the queue's own calls; with a plain lock, as in the pure build,
-    it would deadlock), a non-blocking one returns ``False``. A compiled call of the queue can only be interrupted
-    where it calls Python code or frees an object, and the pure build's frame walk cannot see compiled calls, so
-    :meth:`ShellBase._acquire_unless_own` asks :meth:`_is_owned` instead. The pure build keeps a bare
-    :class:`threading.Lock` (cheaper there) and the frame walk.
-
-    It offers what the shells, :class:`threading.Condition` and the metrics recorders use: ``acquire``
-    (``blocking``, ``timeout`` as in :meth:`threading.Lock.acquire`), ``release`` (only by the holder),
-    ``locked``, ``with``, and ``_is_owned`` (True exactly in the thread that holds it; :class:`threading.Condition`
-    uses it to check that ``wait`` and ``notify`` are called with the lock held).
-
-    Invariant: ``_held`` is True from right after an acquisition to right before its release. It is only a hint
-    for ``locked()`` (a thread that finds it wrong still ends up waiting for the lock or deferring its call
-    correctly, because that choice is made by ``_is_owned``); only the holder writes it.
-    """
-
-    def __init__(self) -> None:
-        raw = _thread.RLock()
-        # The bound C methods, taken once: a call by name would look the method up every time.
-        self._raw_acquire: Callable[..., bool] = raw.acquire
-        self._raw_release: Callable[[], None] = raw.release
-        self._raw_owned: Callable[[], bool] = cast(Any, raw)._is_owned
-        self._held = False
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if self._raw_owned():
-            if blocking and timeout == -1:
-                raise RuntimeError(
-                    "this thread already holds the queue's lock: a call other than add, add_after, add_rate_limited "
-                    "or done was made inside one of the queue's own calls (from a signal handler or a __del__); "
-                    "only those can be deferred until the interrupted call returns"
-                )
-            return False
-        if blocking and timeout == -1:
-            self._raw_acquire()  # no arguments: parsing them (and a timeout's clock read) costs more than the rest
-        elif not self._raw_acquire(blocking, timeout):
-            return False
-        self._held = True
-        return True
-
-    def release(self) -> None:
-        self._held = False
-        self._raw_release()
-
-    def locked(self) -> bool:
-        return self._held
-
-    def _is_owned(self) -> bool:
-        return self._raw_owned()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
-                 /) -> None:
-        self.release()
-
-
-def _clock_jumped(queue: ShellBase[Any]) -> None:
-    queue._on_clock_jump()
-
-# Code of the public entry points that may be called from a signal handler or __del__ (add, add_after,
-# add_rate_limited, done, and the priority queue's add): frames of these directly above a busy-lock check belong to
-# the call being made, not to an interrupted one (add_rate_limited -> add_after). keyqueue.priority adds its own.
-ENTRY_CODES: set[CodeType] = set()
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
-class ShellBase(Generic[T]):
-    """Construction, ``add`` (with the lock-free dedup path), ``len``, ``stats``, ``shutting_down``."""
-
-    # Truthy while at least one getter (or drain caller) waits: a count in the threading shell, a collection of
-    # futures in asyncio. Adds and dones skip waking when nobody waits.
+    #: Truthy while a getter (or drain caller) waits: a count in the threading shell, futures in asyncio.
     _getters: Any
     _drainers: Any
-    #: The rate-limited queues' limiter (set by ``keyqueue._delayed.RateLimitedAdds``; other queues have none).
-    rate_limiter: RateLimiter[T]
+    #: An add that woke a getter then hands the GIL over (threads; asyncio getters run on the loop's thread).
+    _hand_off_after_wake: ClassVar[bool] = False
 
-    #: An ``add`` that woke a blocked getter then lets go of the GIL once (``time.sleep(0)``, after releasing the
-    #: lock; at most once per :data:`HANDOFF_GAP_NS` per queue, see :meth:`_hand_off`). A getter thread woken by
-    #: ``notify`` still needs the GIL to return, and the adding thread (an informer, an HTTP server's loop)
-    #: usually goes on running Python code: without the hand-off the woken getter waits until the adder blocks or
-    #: a switch interval (5 ms) runs out, or loses the GIL to a third thread. The threading shell sets it;
-    #: asyncio getters run on the loop's thread, so the asyncio shell does not.
-    _yield_after_wake: ClassVar[bool] = False
-
-    #: How :func:`sys.unraisablehook` introduces an exception raised by a deferred call (see :meth:`_defer`).
-    _deferred_what: ClassVar[str] = "Exception in a keyqueue call deferred from a signal handler or __del__"
-
-    def __init__(
-        self,
-        *,
-        name: object = "",  # object: validated here, with an error naming it (compiled, a str check would not)
-        clock: Clock | None = None,
-        metrics_provider: Any = None,
-        stats: bool = False,
-        ordering: Ordering[T] | None = None,
-    ) -> None:
-        if ordering is not None:
-            check_ordering(ordering)
-        self._ordering = ordering
+    def __init__(self, *, name: str = "", clock: Clock | None = None, metrics_provider: Any = None,
+                 stats: bool = False, ordering: Ordering[T] | None = None) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
-        if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(
-                f"clock must be a keyqueue.Clock (RealClock, FakeClock or a subclass), got {type(clock).__name__}: "
-                f"{clock!r:.80}"
-            )
+        if ordering is not None:
+            check_ordering(ordering)
         self.name = name
-        self.clock: Clock = clock if clock is not None else RealClock()
-        # Guards the core and the shell's waiter bookkeeping. Held only for a core call, never while waiting.
-        self._lock = self._new_lock()
+        self.clock: Clock = RealClock() if clock is None else check_clock(clock)
+        # Guards the core and the waiters. Held only for a core call and a wake-up, never while waiting.
+        self._lock = cast(OwnedLock, threading.RLock())
         self._init_waiting()
-        self._core: CoreBase[T] = self._new_core(name, metrics_provider, stats)
+        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
+        self._core: QueueCore[T] = self._new_core(recorder, stats, ordering)
+        if recorder is not None:
+            bind_core(recorder, self._core.promote_due)
         self._fast_dirty = self._core.fast_dirty
-        self._until_yield = YIELD_EVERY
-        self._next_handoff_ns = 0  # see _hand_off
-        # Set (never cleared) once more than one thread is seen using the queue: a busy lock found by add/done, a
-        # getter that waits, or a countdown of lock-free dedup adds run out. Until then get() skips its GIL
-        # hand-off countdown, so a queue used by one thread (or one at a time) pays one attribute test for it.
-        # Written without the lock: a lost or late write only delays the first hand-off.
-        self._contended = False
+        self._gil = GilHandOff()
         self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._helper_token = _thread.allocate_lock()  # held while a helper thread applies deferred calls
-        # The clock keeps a weak reference to its listener: this partial, which the queue keeps alive (a cycle, freed
-        # with the queue). A bound method would need a weak reference to the queue itself, which a compiled
-        # (native) instance does not support.
-        self._clock_listener = functools.partial(_clock_jumped, self)
-        self.clock.subscribe(self._clock_listener)
+        self._helper = _thread.allocate_lock()  # held while a helper thread applies deferred calls
+        self.clock.subscribe(self._on_clock_jump)
 
-    # -- what each shell supplies -------------------------------------------------------------------------
-
-    def _new_lock(self) -> HolderLock:
-        """The lock that guards the core (called once, right after ``name`` and ``clock`` are set): a
-        :class:`threading.Lock`, in the compiled build a :class:`HolderLock` (typed as one in both builds, so that
-        compiled code calls its methods directly). The shared code uses only its ``acquire``, ``release``,
-        ``locked`` and ``with``; the loop-owned asyncio queues return an owner check with those four instead (see
-        :class:`keyqueue.aio.LoopQueue`)."""
-        return HolderLock() if COMPILED else cast(HolderLock, threading.Lock())
+    # -- what each shell supplies ----------------------------------------------------------------------------
 
     def _init_waiting(self) -> None:
         """Create the waiter bookkeeping (``self._lock`` exists already)."""
         raise NotImplementedError
 
     def _wake_one(self) -> None:
-        """Wake one waiting getter so it re-checks the queue. Called with the lock held, only if ``_getters``."""
+        """Wake one waiting getter so that it looks again (lock held, only if ``_getters``)."""
         raise NotImplementedError
 
     def _wake_drainers(self) -> None:
-        """Wake every ``shut_down_with_drain()`` caller (the queue may have drained). Called with the lock held,
-        only if ``_drainers``."""
+        """Wake every drain caller (lock held, only if ``_drainers``)."""
         raise NotImplementedError
 
     def _on_clock_jump(self) -> None:
-        """The clock jumped (``FakeClock.step``, from any thread): waiting getters re-check what is due."""
+        """The clock jumped (``FakeClock.step``, from any thread): waiting getters look again."""
         raise NotImplementedError
 
-    def _new_core(self, name: str, metrics_provider: Any, stats: bool) -> CoreBase[T]:
-        # Hook: build the state machine and its metrics recorder (keyqueue.priority swaps in a PriorityCore).
-        recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
-        core: QueueCore[T] = (CountingCore if stats else QueueCore)(self.clock, recorder, self._ordering)
-        if recorder is not None:
-            bind_core(recorder, core.promote_due)
-            if type(recorder) is PullRecorder:  # exactly keyqueue's own: the core keeps its ledger (no calls)
-                core.keep_ledger(recorder)
-        return core
+    def _new_core(self, recorder: Any, stats: bool, ordering: Ordering[T] | None) -> QueueCore[T]:
+        return QueueCore(self.clock, ordering=ordering, metrics=recorder, stats=stats)
 
-    # -- adding ------------------------------------------------------------------------------------------
+    # -- adding and finishing --------------------------------------------------------------------------------
 
     def add(self, item: T) -> AddResult:
-        """Mark ``item`` as needing work. Never blocks (beyond the queue's short lock); callable from any thread.
-        Every :data:`YIELD_EVERY`-th lock-free dedup add lets go of the GIL once, so that a thread adding in a loop
-        does not starve the workers (see :meth:`_yield_gil`); in the threading shell an add that woke a blocked
-        getter also lets go of it once (at most once per :data:`HANDOFF_GAP_NS` per queue), after releasing the
-        lock, so that the getter runs promptly (see :attr:`_yield_after_wake`).
+        """Mark ``item`` as needing work. Never blocks beyond the queue's short lock; callable from any thread.
 
-        Returns what the queue did (:class:`~keyqueue.AddResult`): ``QUEUED``, ``DEDUP`` (already dirty),
-        ``MARKED`` (being processed: it will be handed out once more after ``done``) or ``DROPPED`` (shut down).
-        After shutdown an add never changes anything; for a key that is still dirty it may report ``DEDUP``
-        rather than ``DROPPED`` (both are no-ops). Raises ``TypeError`` (naming the type) for an unhashable item;
-        the queue is unchanged.
+        Returns :class:`~keyqueue.AddResult`: ``QUEUED``, ``DEDUP`` (already dirty), ``MARKED`` (being processed:
+        handed out once more after ``done``) or ``DROPPED`` (shut down; an add of a key that is still dirty may
+        answer ``DEDUP`` instead: both change nothing). ``TypeError`` for an unhashable item, changing nothing.
         """
-        # Lock-free dedup. If the probe sees item in dirty, this add is linearised at the probe: at that instant
-        # the locked algorithm would also have returned without a change (a dirty key is a no-op whether it is
-        # waiting or being processed, and after shutdown every add is a no-op). Being dirty at that instant
-        # guarantees a hand-out that starts after it (the key is in the fifo, or done() will re-queue it), which
-        # is all an add promises. The probe is one read of a built-in set that is written only under the lock;
-        # such reads are atomic with respect to the set's writers in CPython with or without the GIL, so it sees
-        # a state the set really had. If the probe misses (or fast_dirty is the empty set of a core that must
-        # see every add), the add runs under the lock.
+        # Lock-free dedup: a key found dirty makes this add a no-op at the instant of the probe, whatever the state
+        # (a waiting key stays waiting; a processing + dirty key will be redelivered; after shutdown every add is a
+        # no-op). The probe is one read of a built-in set that is written only under the lock; such a read is atomic
+        # with respect to its writers with or without a GIL (see the design docs).
         try:
             if item in self._fast_dirty:
-                n = self._until_yield
+                gil = self._gil
+                n = gil.countdown  # GilHandOff.tick, inline: a method call would cost more than this add
                 if n:
-                    self._until_yield = n - 1
+                    gil.countdown = n - 1
                 else:
-                    self._yield_gil()
+                    gil.yield_now()
                 return DEDUP
         except TypeError:
             check_hashable(item)
             raise
         lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
+        if lock._is_owned():
             return self._defer(self.add, item)
+        lock.acquire()
         try:
             outcome = self._core.add(item)
-            if outcome is not QUEUED or not self._getters:  # `is`: enum members are singletons
+            if outcome is not QUEUED or not self._getters:
                 return outcome
             self._wake_one()
         finally:
             lock.release()
-        if self._yield_after_wake:
-            self._hand_off()  # outside the lock: the getter just woken can take the GIL now
+        if self._hand_off_after_wake:
+            self._gil.after_wake()
         return outcome
 
-    def _hand_off(self) -> None:
-        """After an add woke a blocked getter (threading shell, lock released): let go of the GIL once
-        (``time.sleep(0)``), unless this queue did so less than :data:`HANDOFF_GAP_NS` ago.
-
-        The gap bounds what the hand-off can cost: adders that wake getters at a high rate (producers outpacing the
-        workers) would otherwise switch the GIL at every add, and every switch leaves the GIL idle until the woken
-        thread is on a core (a convoy: in the 8-adder benchmark 28k keys/s and 0.03-0.1 M adds/s without the gap,
-        519k keys/s and 1.4-1.5 M adds/s with a gap of 100 µs). The time check and the write are not atomic; a lost
-        update only moves one hand-off."""
-        now = _monotonic_ns()
-        if now >= self._next_handoff_ns:
-            self._next_handoff_ns = now + HANDOFF_GAP_NS
-            _sleep(0)
-
-    def _yield_gil(self) -> None:
-        """Called by every :data:`YIELD_EVERY`-th lock-free dedup add or threading-shell ``get``, never with the
-        lock held: let go of the GIL once (``time.sleep(0)``) if other threads exist.
-
-        A lock-free add never blocks, so a thread that adds in a loop (an informer, a firehose) would otherwise
-        keep the GIL for whole switch intervals (5 ms) while a worker woken by an add waits for it (~3 ms
-        median from add to ``get``). A worker that always finds a key ready never blocks either; CPython then
-        preempts it after a switch interval at any bytecode, most often while it holds the queue's lock, and every
-        thread that needs the lock next sleeps on it (a lock convoy). Handing the GIL over every few microseconds,
-        at a point where the lock is free, avoids both. The countdown is a plain attribute shared by all threads;
-        a lost update under concurrency only moves one yield, so it needs no lock. With no other thread alive the
-        call only resets the count.
-        """
-        self._until_yield = YIELD_EVERY
-        self._contended = True
-        if _active_count() > 1:
-            _sleep(0)
-
-    # -- the delaying and rate-limited adds (keyqueue._delayed gives them their public names) ---------------
-
-    def _add_after(self, item: T, delay: object) -> AddResult:
-        """Add ``item`` after ``delay`` seconds on the queue's clock; ``delay <= 0`` adds now, ``math.inf`` never.
-        Never blocks; callable from any thread.
-
-        Of several delayed adds of one key the earliest time wins. A plain ``add`` does not cancel a delayed
-        entry (the key is processed now and again when the entry fires). Dropped after shutdown; delayed entries
-        are discarded at shutdown. Raises ``TypeError`` for an unhashable item or a non-number delay and
-        ``ValueError`` for NaN; the queue is unchanged. Returns :class:`~keyqueue.AddResult` (``DELAYED`` or
-        ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns). No background thread or task exists:
-        the entry is fired by a waiting ``get()``, or by the next ``get()``/``len()`` after it is due.
-        (``DelayingQueue.add_after``; ``delay`` is typed ``object`` because it is validated here.)
-        """
-        lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
-            delay = check_delay(delay)
-            check_hashable(item)
-            return self._defer(self._add_after, item, delay)
-        try:
-            outcome = self._core.add_after(item, delay)  # validates delay and item before any change
-            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
-                # DELAYED: the entry may now be the earliest; a waiter re-computes how long to sleep.
-                self._wake_one()
-            return outcome
-        finally:
-            lock.release()
-
-    def _add_rate_limited(self, item: T) -> AddResult:
-        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it.
-
-        Never blocks (the limiter computes a delay, it does not sleep; it is called with the queue's lock held,
-        as the priority queue always did, so it must not call back into the queue). As in client-go the limiter
-        is consulted even after shutdown (the add itself is then dropped). All-or-nothing: an unhashable item
-        (``TypeError``) or a key whose own ``__hash__``/``__eq__`` raises against what the queue holds raises
-        before the limiter records anything, and the queue is unchanged. What cannot be undone, because a
-        limiter has no undo: a limiter that records a failure and then raises, or a key whose methods raise only
-        on a later call, after ``when`` returned (the queue is still unchanged, the failure stays counted).
-        (``RateLimitingQueue.add_rate_limited``.)
-        """
-        check_hashable(item)
-        lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
-            return self._defer(self._add_rate_limited, item)
-        try:
-            outcome = self._core.add_rate_limited(item, self.rate_limiter.when)
-            if (outcome is QUEUED or outcome is DELAYED) and self._getters:
-                self._wake_one()  # as in add_after
-            return outcome
-        finally:
-            lock.release()
-
-    def _forget(self, item: T) -> None:
-        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue itself.
-        (``RateLimitingQueue.forget``.)"""
-        self.rate_limiter.forget(item)
-
-    def _num_requeues(self, item: T) -> int:
-        """How many failures of ``item`` the limiter remembers. (``RateLimitingQueue.num_requeues``.)"""
-        return self.rate_limiter.num_requeues(item)
-
-    # -- calls from a signal handler or __del__ (issue 16) ------------------------------------------------
-
-    def _acquire_unless_own(self) -> bool:
-        """The lock is busy (``locked()`` was true just now). Returns ``False`` at once if a frame of this very
-        thread may be inside one of this queue's calls, i.e. may hold the lock: the call was made from a signal
-        handler or a ``__del__`` that interrupted it, and waiting would deadlock. Otherwise another thread holds
-        the lock: block until it is free, acquire it and return ``True``.
-
-        Only this slow path looks at frames; the uncontended path costs one ``locked()`` call before its usual
-        blocking ``acquire()`` (a non-blocking ``acquire(False)`` parses its argument and costs more). The lock
-        may be taken by another thread between the two: the blocking acquire then waits as it always did; it
-        cannot be taken by this thread, whose calls all release it before returning. A frame counts
-        if its ``self`` is the queue, its core, its metrics recorder or one of its conditions (that covers the
-        waits inside :mod:`threading`); a false alarm (this thread is inside the queue without the lock while
-        another thread holds it) only defers the call, which is still applied."""
-        self._contended = True
-        lock = self._lock
-        if COMPILED:  # the HolderLock knows its holder, with no gap (see HolderLock)
-            if lock._is_owned():
-                return False
-            lock.acquire()
-            return True
-        owners = self._lock_owners()
-        f: FrameType | None = sys._getframe(2)  # skip this method and the entry point that called it
-        while f is not None and f.f_code in ENTRY_CODES:
-            f = f.f_back  # the entry points of the call being made (add_rate_limited -> add_after)
-        while f is not None:
-            if f.f_globals.get("__name__", "").startswith(("keyqueue", "threading")):
-                me = f.f_locals.get("self")
-                if me is not None and any(me is o for o in owners):
-                    return False
-            f = f.f_back
-        lock.acquire()
-        return True
-
-    def _lock_owners(self) -> list[object]:
-        """Objects whose methods run with this queue's lock held (see :meth:`_acquire_unless_own`)."""
-        core = self._core
-        owners: list[object] = [self, core]
-        metrics = getattr(core, "metrics", None)  # both cores have one; CoreBase does not declare it
-        if metrics is not None:
-            owners += [metrics, getattr(metrics, "inner", metrics)]
-        return owners
-
-    def _defer(self, call: Callable[..., Any], *args: Any) -> AddResult:
-        """Queue ``call(*args)`` for the helper thread and make sure one runs; returns ``DEFERRED`` (``DROPPED``
-        if no runner can be started: see :meth:`_start_runner`).
-
-        Nothing here blocks or takes a lock that the interrupted frame could hold: the deque's ``append`` is
-        atomic, the helper token is only tried (never waited for), and the helper is started with
-        :func:`_thread.start_new_thread` (no :mod:`threading` locks). The helper waits for the queue's lock like
-        any other thread, so the call takes effect as soon as the interrupted call releases it, in the order the
-        calls were deferred."""
-        self._deferred.append((call, args))
-        if self._helper_token.acquire(False) and not self._start_runner():
-            # Nothing can apply the calls any more (a loop-owned queue's event loop is closed).
-            self._helper_token.release()
-            self._deferred.clear()
-            return DROPPED
-        return DEFERRED
-
-    def _start_runner(self) -> bool:
-        """Start :meth:`_run_deferred` (the helper token is held); ``False`` if it cannot run. Here: a helper
-        thread; the loop-owned asyncio queues hand it to their event loop instead."""
-        _thread.start_new_thread(self._run_deferred, ())
-        return True
-
-    def _run_deferred(self) -> None:
-        pending = self._deferred
-        token = self._helper_token
-        while True:
-            try:
-                while pending:
-                    self._apply_deferred(len(pending))
-            finally:
-                token.release()
-            # A call deferred after the loop saw the deque empty, but before the release, found the token taken.
-            if not pending or not token.acquire(False):
-                return
-
-    def _apply_deferred(self, n: int) -> None:
-        """Apply the ``n`` oldest deferred calls, in order (the helper token is held)."""
-        pending = self._deferred
-        for _ in range(n):
-            call, args = pending.popleft()
-            try:
-                call(*args)
-            except Exception as e:  # the call was validated before it was deferred; report, go on
-                sys.unraisablehook(cast(Any, _Unraisable(e, call, self._deferred_what)))
-
-    # -- completing --------------------------------------------------------------------------------------
-
     def done(self, item: T) -> bool:
-        """Finish processing ``item``. If it was added again meanwhile, it is queued again (once) and ``True``
-        is returned (a redelivery); otherwise ``False``. Never blocks (beyond the queue's short lock); callable
-        from any thread.
-
-        ``done`` of a key that is not being processed changes nothing. Works after shutdown too (a re-added key
-        is still queued and handed out, so a drain can finish it). Raises ``TypeError`` for an unhashable item and
-        :class:`~keyqueue.KeyMutatedError` for a key whose hash changed while it was being processed (it is then
-        dropped, and so is a re-add of it made meanwhile); an exception from the key's own ``__eq__`` propagates
-        with nothing changed.
-        """
+        """Finish processing ``item``: ``True`` if it was added again meanwhile and is queued again (once), else
+        ``False``. Never blocks beyond the queue's short lock; callable from any thread, also after shutdown.
+        ``done`` of a key that is not being processed changes nothing; ``TypeError`` for an unhashable item."""
         lock = self._lock
-        if not lock.locked():
-            lock.acquire()
-        elif not self._acquire_unless_own():
+        if lock._is_owned():
             check_hashable(item)
             self._defer(self.done, item)
             return False
+        lock.acquire()
         try:
             requeued = self._core.done(item)
-            if requeued or self._drainers:
-                self._after_done(requeued)
+            if requeued:
+                if self._getters:
+                    self._wake_one()
+            elif self._drainers and self._core.idle():
+                self._wake_drainers()
             return requeued
         finally:
             lock.release()
 
-    def _after_done(self, requeued: bool) -> None:
-        """After a ``done`` (lock held) that re-queued its key or may have left the queue idle with drain callers
-        waiting: a re-queued key wakes a getter; an idle queue wakes every drain caller."""
-        if requeued:
-            if self._getters:
+    def _apply(self, call: Callable[[T, Any], AddResult], item: T, arg: Any) -> AddResult:
+        """Run the core's ``call(item, arg)`` under the lock and wake a getter if it queued a key or stored a
+        delayed entry (which may be the earliest now); deferred when called inside one of the queue's calls."""
+        lock = self._lock
+        if lock._is_owned():
+            check_hashable(item)
+            return self._defer(self._apply, call, item, arg)
+        lock.acquire()
+        try:
+            outcome = call(item, arg)
+            woke = (outcome is QUEUED or outcome is DELAYED) and self._getters
+            if woke:
                 self._wake_one()
-        elif self._drainers and self._core.idle():
-            self._wake_drainers()
+        except TypeError:
+            check_hashable(item)  # an unhashable item: the clear message; nothing has changed
+            raise
+        finally:
+            lock.release()
+        if woke and outcome is QUEUED and self._hand_off_after_wake:
+            self._gil.after_wake()  # a DELAYED entry only made a getter look again: nothing to hand over
+        return outcome
+
+    def _acquire(self, call: str) -> None:
+        """Take the lock for ``call``, which cannot be deferred: ``RuntimeError`` inside one of the queue's calls."""
+        lock = self._lock
+        if lock._is_owned():
+            raise self._reentered(call)
+        lock.acquire()
+
+    def _reentered(self, call: str) -> RuntimeError:
+        return RuntimeError(
+            f"{call} was called inside one of this queue's own calls (from a signal handler or a __del__ that "
+            "interrupted it); only add, add_after, add_rate_limited and done can be made there (they are applied "
+            "once the interrupted call returns)"
+        )
+
+    # -- calls made inside the queue's own calls -------------------------------------------------------------
+
+    def _defer(self, call: Callable[..., Any], *args: Any) -> AddResult:
+        """Queue ``call(*args)`` for a helper thread, starting one unless one runs; returns ``DEFERRED``.
+
+        Nothing here blocks or takes a lock the interrupted call could hold: the deque's ``append`` is atomic, the
+        helper token is only tried, and the helper is started with :func:`_thread.start_new_thread`. The helper
+        waits for the queue's lock like any thread, so the calls take effect, in order, once it is free."""
+        self._deferred.append((call, args))
+        if self._helper.acquire(False):
+            _thread.start_new_thread(self._run_deferred, ())
+        return DEFERRED
+
+    def _run_deferred(self) -> None:
+        pending = self._deferred
+        while True:
+            try:
+                while pending:
+                    call, args = pending.popleft()
+                    try:
+                        call(*args)
+                    except Exception as exc:  # validated before it was deferred: report it and go on
+                        sys.unraisablehook(_Unraisable(exc, call))  # type: ignore[arg-type]
+            finally:
+                self._helper.release()
+            # A call deferred after the loop found the deque empty, but before the release, found the token taken.
+            if not pending or not self._helper.acquire(False):
+                return
+
+    # -- what a getter or drain caller decides under the lock -------------------------------------------------
 
     def _wait_budget(self, wait: float | None, timeout: object, others_waiting: bool) -> float | None:
-        """For a getter that found nothing ready (lock held): how long it may wait now, in seconds (``None``: until
-        woken). ``wait`` is what is left of its timeout (``None``: no timeout); the result is that, shortened to
-        the real time until the next delayed key falls due. Raises ``TimeoutError`` once ``wait <= 0``, after
-        passing the wake-up on to another getter (``others_waiting``) if a delayed key exists: ``add_after`` may
-        have woken this one to take on a new, earlier deadline."""
+        """For a getter that found nothing ready (lock held): how long it may wait now (``None``: until woken). It is
+        ``wait`` (what is left of its timeout), shortened to the real time until the next delayed key is due.
+        Raises ``TimeoutError`` once ``wait <= 0``, first passing the wake-up on to another getter if a delayed key
+        exists (``add_after`` may have woken this one to take on an earlier deadline)."""
         core = self._core
         if wait is not None and wait <= 0:
             if others_waiting and core.next_ready_ns() is not None:
@@ -539,15 +264,9 @@ class ShellBase(Generic[T]):
                 return until_due
         return wait
 
-    def _after_failed_pop(self) -> None:
-        """``pop()`` raised (lock held): the keys behind the failed one may be ready, and this getter may have been
-        the one woken for them, so pass the wake-up on."""
-        if self._getters and self._core.has_ready():
-            self._wake_one()
-
     def _drain_verdict(self, remaining: float | None) -> bool | None:
-        """One check of ``shut_down_with_drain()`` (lock held): ``True`` drained (FIFO empty, nothing being
-        processed), ``False`` cancelled by ``shut_down()`` or out of time (``remaining`` <= 0), ``None`` wait on."""
+        """One look of ``shut_down_with_drain()`` (lock held): ``True`` drained, ``False`` cancelled by
+        ``shut_down()`` or out of time, ``None`` wait on."""
         core = self._core
         if core.idle():
             return True
@@ -555,21 +274,36 @@ class ShellBase(Generic[T]):
             return False
         return None
 
-    # -- inspection --------------------------------------------------------------------------------------
+    # -- inspection ----------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Keys waiting to be handed out. Not counted: keys being processed, keys re-added while being
-        processed (until their ``done``), delayed keys not yet due. Informational: it may change at once."""
-        with self._lock:
+        """Keys waiting to be handed out (not counted: keys being processed, keys re-added while being processed,
+        delayed keys not yet due). Informational: it may change at once."""
+        self._acquire("len()")
+        try:
             return self._core.ready_len()
+        finally:
+            self._lock.release()
 
     def stats(self) -> QueueStats:
-        """Counters of the queue's decisions. Raises ``RuntimeError`` unless built with ``stats=True``."""
-        with self._lock:
-            snapshot = self._core.stats()
-        if snapshot is None:
+        """Counters of the queue's decisions. ``RuntimeError`` unless built with ``stats=True``."""
+        self._acquire("stats()")
+        try:
+            counted = self._core.stats()
+        finally:
+            self._lock.release()
+        if counted is None:
             raise RuntimeError("this queue does not count its decisions; build it with stats=True")
-        return snapshot
+        return counted
+
+    def snapshot(self) -> QueueSnapshot:
+        """The sizes of the dirty set, the waiting keys, the processing set and the delayed entries, read together
+        under the lock (O(1); nothing fired or changed). Informational: the queue may change right after."""
+        self._acquire("snapshot()")
+        try:
+            return self._core.snapshot()
+        finally:
+            self._lock.release()
 
     @property
     def shutting_down(self) -> bool:
@@ -577,42 +311,173 @@ class ShellBase(Generic[T]):
         return self._core.shutting_down
 
     def __repr__(self) -> str:
-        core: Any = self._core  # a QueueCore's fields (a priority queue has its own repr)
-        return (
-            f"<{type(self).__name__} name={self.name!r} queued={len(core.fifo)} "
-            f"processing={len(core.processing)} delayed={core.delayed_count} "
-            f"shutting_down={core.shutting_down}>"
+        s = self._core.snapshot()
+        waiting = f"ready={s.dirty}" if isinstance(self._core, PriorityCore) else f"queued={s.fifo}"
+        return (f"<{type(self).__name__} name={self.name!r} {waiting} processing={s.processing} "
+                f"delayed={s.delayed} shutting_down={s.shutting_down}>")
+
+
+class DelayedAdds(Shell[T]):
+    """``add_after``: both shells' ``DelayingQueue``."""
+
+    def add_after(self, item: T, delay: float) -> AddResult:
+        """Add ``item`` after ``delay`` seconds on the queue's clock (``<= 0``: now; ``math.inf``: never). Never
+        blocks; callable from any thread.
+
+        Of several delayed adds of one key the earliest time wins; a plain ``add`` does not cancel a delayed entry
+        (the key is processed now and again when it falls due). Delayed entries are dropped at shutdown. Returns
+        ``DELAYED`` or ``DELAY_KEPT`` for a delayed entry, else what ``add`` returns. ``TypeError`` for an unhashable
+        item or a non-number delay, ``ValueError`` for NaN; nothing changes then. No background thread exists: a
+        waiting ``get()`` fires the entry when it is due, or the next ``get()``/``len()`` after that.
+        """
+        if delay.__class__ is not float or delay != delay:
+            delay = check_delay(delay)
+        return self._apply(self._core.add_after, item, delay)
+
+
+class RateLimitedAdds(DelayedAdds[T]):
+    """``add_rate_limited``, ``forget``, ``num_requeues`` and the ``rate_limiter`` argument: both shells'
+    ``RateLimitingQueue``."""
+
+    def __init__(self, rate_limiter: RateLimiter[T] | None = None, *, name: str = "", clock: Clock | None = None,
+                 metrics_provider: Any = None, stats: bool = False, ordering: Ordering[T] | None = None) -> None:
+        if rate_limiter is not None:
+            check_limiter("rate_limiter", rate_limiter)
+        super().__init__(name=name, clock=clock, metrics_provider=metrics_provider, stats=stats, ordering=ordering)
+        self.rate_limiter: RateLimiter[T] = (
+            rate_limiter if rate_limiter is not None else self._default_limiter()
         )
 
-    def snapshot(self) -> QueueSnapshot:
-        """The sizes of the dirty set, the FIFO, the processing set and the delayed entries, read together under
-        the queue's lock (a consistent instant; O(1): four ``len`` calls, nothing copied, nothing fired or
-        changed, no clock read). Never blocks beyond the lock; callable from any thread, also after shutdown.
-        Informational: the queue may change right after. A priority queue has no separate dirty set: there
-        ``dirty`` and ``fifo`` both count its ready keys (including keys re-added while being processed).
+    def _default_limiter(self) -> RateLimiter[T]:
+        return default_controller_rate_limiter(clock=self.clock)
+
+    def add_rate_limited(self, item: T) -> AddResult:
+        """``add_after(item, rate_limiter.when(item))``: records a failure of ``item`` and schedules it. Never
+        blocks (the limiter computes a delay; it is called with the queue's lock held, so it must not call back
+        into the queue). As in client-go the limiter is consulted even after shutdown (the add is then dropped).
+        An unhashable item raises ``TypeError`` before the limiter records anything."""
+        return self._apply(self._core.add_rate_limited, item, self.rate_limiter.when)
+
+    def forget(self, item: T) -> None:
+        """Clear the limiter's memory of ``item`` (its backoff starts over). Does not touch the queue."""
+        self.rate_limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        """How many failures of ``item`` the limiter remembers."""
+        return self.rate_limiter.num_requeues(item)
+
+
+class PriorityAdds(RateLimitedAdds[T]):
+    """controller-runtime's priority queue, for both shells (the rules are
+    :class:`~keyqueue._core.PriorityCore`'s). ``rate_limiter`` defaults to controller-runtime's: per-key
+    exponential 5 ms .. 1000 s, no token bucket."""
+
+    _core: PriorityCore[T]
+
+    def __init__(self, rate_limiter: RateLimiter[T] | None = None, *, name: str = "", clock: Clock | None = None,
+                 metrics_provider: Any = None, stats: bool = False) -> None:
+        super().__init__(rate_limiter, name=name, clock=clock, metrics_provider=metrics_provider, stats=stats)
+
+    def _default_limiter(self) -> RateLimiter[T]:
+        return default_priority_rate_limiter()
+
+    def _new_core(self, recorder: Any, stats: bool, ordering: Ordering[T] | None) -> QueueCore[T]:
+        self._depth = None if recorder is None else PriorityDepth()
+        if isinstance(recorder, PullRecorder):
+            recorder.priority_depth = self._depth
+        core: PriorityCore[T] = PriorityCore(self.clock, metrics=recorder, stats=stats, depth=self._depth)
+        self._ranks = core.order.ranks
+        return core
+
+    def add(self, item: T, *, priority: int = 0, after: float = 0.0,
+            rate_limited: bool = False) -> AddResult:
+        """Add ``item`` at ``priority`` (an int, higher first; default 0), now or after ``after`` seconds, or
+        rate limited. Never blocks beyond the queue's short lock; callable from any thread.
+
+        * ``after <= 0``: ready now; ``after > 0``: ready then (``math.inf``: never).
+        * ``rate_limited=True``: the limiter records a failure and its delay ``r`` is used, or ``after`` if that is
+          set (non-zero) and smaller. The limiter is not consulted once the queue is shut down.
+        * Merging into a queued key: the highest priority wins (a strictly higher one sends the key to the back of
+          its new priority's line); the earliest ready time wins; a ready key stays ready.
+
+        Returns :class:`~keyqueue.AddResult`: ``QUEUED``, ``MARKED`` (being processed; ready again after ``done``),
+        ``DEDUP`` (ready at this priority or higher), ``DELAYED`` / ``DELAY_KEPT`` (waiting; its time or priority
+        changed / nothing changed), ``DROPPED``. ``TypeError`` for an unhashable item, a non-int priority or a
+        non-number ``after``, ``ValueError`` for a NaN ``after``; nothing changes then.
         """
-        with self._lock:
-            core = self._core
-            if isinstance(core, QueueCore):
-                return QueueSnapshot(len(core.dirty), len(core.fifo), len(core.processing), core.delayed_count,
-                                     core.shutting_down)
-            pcore: Any = core  # the priority core (keyqueue.priority swaps it in)
-            ready = pcore.ready_count
-            return QueueSnapshot(ready, ready, len(pcore.processing), pcore.delayed_count, core.shutting_down)
+        if priority.__class__ is not int:
+            check_priority(priority)
+        if after.__class__ is not float or after != after:
+            after = check_delay(after, "after")
+        core = self._core
+        if after <= 0 and not rate_limited:
+            # Lock-free dedup: a key ready at this priority or higher makes this add a no-op (as in Shell.add); the
+            # rank read is one dict lookup and one read of a list item, each atomic with respect to the writers.
+            try:
+                rank = self._ranks.get(item)
+            except TypeError:
+                check_hashable(item)
+                raise
+            if rank is not None and -rank[0] >= priority and core.counts is None:
+                self._gil.tick()
+                return DEDUP
+        lock = self._lock
+        if lock._is_owned():
+            check_hashable(item)
+            return self._defer(functools.partial(self.add, item, priority=priority, after=after,
+                                                 rate_limited=rate_limited))
+        lock.acquire()
+        try:
+            if rate_limited:
+                outcome = core.add_rate_limited(item, self.rate_limiter.when, priority, after)
+            elif after > 0:
+                outcome = core.add_after(item, after, priority)
+            else:
+                outcome = core.add(item, None, priority)
+            woke = (outcome is QUEUED or outcome is DELAYED) and self._getters
+            if woke:
+                self._wake_one()
+        except TypeError:
+            check_hashable(item)
+            raise
+        finally:
+            lock.release()
+        if woke and outcome is QUEUED and self._hand_off_after_wake:
+            self._gil.after_wake()
+        return outcome
+
+    def add_after(self, item: T, delay: float, *, priority: int = 0) -> AddResult:
+        """``add(item, priority=priority, after=delay)``: unlike client-go's delaying queue, a delayed add merges
+        into the key's entry (the earliest time wins), so it never causes a second hand-out."""
+        return self.add(item, priority=priority, after=check_delay(delay))
+
+    def add_rate_limited(self, item: T, *, priority: int = 0) -> AddResult:
+        """``add(item, priority=priority, rate_limited=True)``."""
+        return self.add(item, priority=priority, rate_limited=True)
+
+    def __len__(self) -> int:
+        """Ready keys, including keys re-added while being processed (handed out after their ``done``); keys
+        waiting for a delay are not counted (controller-runtime's ``Len``)."""
+        return super().__len__()
+
+    def depth_by_priority(self) -> dict[str, int]:
+        """Ready keys per priority label (controller-runtime's ``workqueue_depth{priority}``; at most 25 labels,
+        then ``exceeded_cardinality_limit``). Empty for a queue that emits no metrics."""
+        if self._depth is None:
+            return {}
+        self._acquire("depth_by_priority()")
+        try:
+            return self._depth.snapshot()
+        finally:
+            self._lock.release()
 
 
 class _Unraisable:
     """The argument :func:`sys.unraisablehook` expects, for an exception raised by a deferred call."""
 
-    def __init__(self, exc: Exception, call: object, what: str) -> None:
+    def __init__(self, exc: Exception, call: object) -> None:
         self.exc_type = type(exc)
         self.exc_value = exc
         self.exc_traceback = exc.__traceback__
-        self.err_msg = what
+        self.err_msg = "Exception in a keyqueue call deferred from a signal handler or __del__"
         self.object = call
-
-
-if not COMPILED:  # compiled functions have no code objects (and the compiled build needs no frame walk)
-    ENTRY_CODES.update(
-        f.__code__ for f in (ShellBase.add, ShellBase.done, ShellBase._add_after, ShellBase._add_rate_limited)
-    )

@@ -11,12 +11,8 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable
-from typing import Any, Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
-from keyqueue._build import mypyc_attr
-from keyqueue._core import check_delay
-from keyqueue._ratelimit_protocol import RateLimiter
-from keyqueue._ratelimit_protocol import check_limiter as check_limiter  # (the shells import it from here)
 from keyqueue.clock import Clock, RealClock, check_clock
 
 __all__ = [
@@ -26,11 +22,38 @@ __all__ = [
     "MaxOfRateLimiter",
     "RateLimiter",
     "WithMaxWaitRateLimiter",
+    "check_limiter",
     "default_controller_rate_limiter",
     "default_item_based_rate_limiter",
 ]
 
 T = TypeVar("T", bound=Hashable)
+T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
+
+
+class RateLimiter(Protocol[T_contra]):
+    """What a rate-limiting queue needs from a limiter.
+
+    * ``when(item)`` — seconds to wait before ``item`` is added again (>= 0; ``math.inf`` means never). Calling it
+      records a failure of ``item``.
+    * ``forget(item)`` — ``item`` succeeded: clear what is remembered about it.
+    * ``num_requeues(item)`` — how many failures of ``item`` are remembered.
+    """
+
+    def when(self, item: T_contra) -> float: ...
+
+    def forget(self, item: T_contra) -> None: ...
+
+    def num_requeues(self, item: T_contra) -> int: ...
+
+
+def check_limiter(name: str, limiter: object) -> None:
+    """Raise ``TypeError`` naming ``name`` and the type unless ``limiter`` has ``when``, ``forget`` and
+    ``num_requeues``."""
+    if not all(callable(getattr(limiter, m, None)) for m in ("when", "forget", "num_requeues")):
+        raise TypeError(
+            f"{name} must be a rate limiter (when, forget, num_requeues), got {type(limiter).__name__}: {limiter!r:.80}"
+        )
 
 
 # golang.org/x/time/rate's InfDuration (2**63 - 1 ns, ~292 years): a longer wait is capped to it, i.e. "never"; the
@@ -57,30 +80,6 @@ def _check_count(name: str, value: object) -> int:
     return value
 
 
-def _as_delay(delay: object) -> float:
-    """A composite limiter's answer that is not a ``float`` (a child's ``int``, or a value that is no delay): as a
-    float, or the error the queue raises for it (``TypeError`` for a non-number, ``bool`` included).
-
-    The composites compare their children's answers as they are and convert only the one they return: compiled
-    code would otherwise convert every answer on its way in (``True`` to 1.0), so the check is keyqueue's and the
-    same in both builds."""
-    return check_delay(delay)
-
-
-def _as_count(count: object) -> int:
-    """A child's ``num_requeues`` that is not an ``int``: an ``int`` subclass as an ``int``, else ``TypeError``."""
-    if not isinstance(count, int):
-        raise TypeError(f"num_requeues must return an int, got {type(count).__name__}: {count!r:.80}")
-    return int(count)
-
-
-# The constructors' numbers are typed ``object`` and checked here, not by their annotations: in the compiled build
-# (mypyc) an argument typed ``float`` or ``int`` is converted as the call enters compiled code (``True`` becomes
-# 1.0, and ``1.5`` for an ``int`` raises mypyc's own ``TypeError``), so both builds raise keyqueue's errors only
-# because the check is keyqueue's. Every public class allows interpreted (Python) subclasses.
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ItemExponentialFailureRateLimiter(RateLimiter[T]):
     """Per-key exponential backoff: the n-th consecutive failure of a key waits ``base_delay * 2**(n-1)``,
     capped at ``max_delay``.
@@ -91,7 +90,7 @@ class ItemExponentialFailureRateLimiter(RateLimiter[T]):
     non-number (``bool`` included).
     """
 
-    def __init__(self, base_delay: object, max_delay: object) -> None:
+    def __init__(self, base_delay: float, max_delay: float) -> None:
         base = _check_seconds("base_delay", base_delay)
         cap = _check_seconds("max_delay", max_delay)
         if base > cap:
@@ -102,7 +101,7 @@ class ItemExponentialFailureRateLimiter(RateLimiter[T]):
         self._failures: dict[T, int] = {}
 
     def when(self, item: T) -> float:
-        # acquire/try/finally rather than `with`: the same guarantee, ~80 ns less per call on CPython 3.11.
+        # acquire/try/finally rather than `with`: the same guarantee, cheaper (this runs on every failure).
         lock = self._lock
         lock.acquire()
         try:
@@ -129,7 +128,6 @@ class ItemExponentialFailureRateLimiter(RateLimiter[T]):
             return self._failures.get(item, 0)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ItemFastSlowRateLimiter(RateLimiter[T]):
     """``fast_delay`` for a key's first ``max_fast_attempts`` failures, ``slow_delay`` after that.
 
@@ -137,7 +135,7 @@ class ItemFastSlowRateLimiter(RateLimiter[T]):
     negative ``max_fast_attempts``, ``TypeError`` for a non-number delay or a non-int ``max_fast_attempts``
     (``bool`` included)."""
 
-    def __init__(self, fast_delay: object, slow_delay: object, max_fast_attempts: object) -> None:
+    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
         self.fast_delay: float = _check_seconds("fast_delay", fast_delay)
         self.slow_delay: float = _check_seconds("slow_delay", slow_delay)
         self.max_fast_attempts: int = _check_count("max_fast_attempts", max_fast_attempts)
@@ -162,7 +160,6 @@ class ItemFastSlowRateLimiter(RateLimiter[T]):
 _INF: Final = math.inf
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class BucketRateLimiter(RateLimiter[T]):
     """One token bucket shared by every key: ``qps`` tokens per second, holding at most ``burst``.
 
@@ -177,7 +174,7 @@ class BucketRateLimiter(RateLimiter[T]):
     ``num_requeues`` is always 0 and ``forget`` does nothing: the bucket does not track keys.
     """
 
-    def __init__(self, qps: object, burst: object, *, clock: object = None) -> None:
+    def __init__(self, qps: float, burst: int, *, clock: Clock | None = None) -> None:
         if not isinstance(qps, (int, float)) or isinstance(qps, bool):
             raise TypeError(f"qps must be a number, got {type(qps).__name__}: {qps!r}")
         if math.isnan(qps) or qps < 0:
@@ -224,7 +221,6 @@ class BucketRateLimiter(RateLimiter[T]):
         return 0
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class MaxOfRateLimiter(RateLimiter[T]):
     """The largest delay of several limiters. ``when`` calls every child (each records the failure), so a
     bucket child spends a token even when another child's delay wins. ``num_requeues`` is the children's maximum;
@@ -236,55 +232,42 @@ class MaxOfRateLimiter(RateLimiter[T]):
             check_limiter(f"limiter #{i + 1}", limiter)
         self.limiters: tuple[RateLimiter[T], ...] = limiters
 
-    # The children are read through an ``Any`` local: compiled code then takes their answers as they are (see
-    # _as_delay) and ignores what a ``forget`` returns; interpreted, it is one local variable.
-
     def when(self, item: T) -> float:
-        limiters: Any = self.limiters
-        delay: Any = 0.0
-        for limiter in limiters:
+        delay = 0.0
+        for limiter in self.limiters:  # every child records the failure
             d = limiter.when(item)
             if d > delay:
                 delay = d
-        return delay if type(delay) is float else _as_delay(delay)
+        return delay
 
     def forget(self, item: T) -> None:
-        limiters: Any = self.limiters
-        for limiter in limiters:
+        for limiter in self.limiters:
             limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        limiters: Any = self.limiters
-        count: Any = max((limiter.num_requeues(item) for limiter in limiters), default=0)
-        return count if type(count) is int else _as_count(count)
+        return max((limiter.num_requeues(item) for limiter in self.limiters), default=0)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class WithMaxWaitRateLimiter(RateLimiter[T]):
     """Another limiter's delay, but never more than ``max_delay`` seconds. Raises ``TypeError`` if ``limiter`` is
     not a rate limiter, ``ValueError`` for a negative or NaN ``max_delay``."""
 
-    def __init__(self, limiter: RateLimiter[T], max_delay: object) -> None:
+    def __init__(self, limiter: RateLimiter[T], max_delay: float) -> None:
         check_limiter("limiter", limiter)
         self.max_delay: float = _check_seconds("max_delay", max_delay)
         self.limiter = limiter
 
     def when(self, item: T) -> float:
-        limiter: Any = self.limiter  # (see MaxOfRateLimiter)
-        delay: Any = min(limiter.when(item), self.max_delay)
-        return delay if type(delay) is float else _as_delay(delay)
+        return min(self.limiter.when(item), self.max_delay)
 
     def forget(self, item: T) -> None:
-        limiter: Any = self.limiter
-        limiter.forget(item)
+        self.limiter.forget(item)
 
     def num_requeues(self, item: T) -> int:
-        limiter: Any = self.limiter
-        count: Any = limiter.num_requeues(item)
-        return count if type(count) is int else _as_count(count)
+        return self.limiter.num_requeues(item)
 
 
-def default_controller_rate_limiter(*, clock: object = None) -> MaxOfRateLimiter[Hashable]:
+def default_controller_rate_limiter(*, clock: Clock | None = None) -> MaxOfRateLimiter[Hashable]:
     """client-go's ``DefaultControllerRateLimiter``: the max of per-key exponential backoff (5 ms .. 1000 s) and
     one global bucket of 10 qps with a burst of 100 (on ``clock``, default :class:`RealClock`; ``TypeError`` if
     it is not a :class:`~keyqueue.Clock`)."""

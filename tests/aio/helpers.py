@@ -41,4 +41,4 @@ async def until_waiting(q: aio.Queue[Any], n: int = 1) -> None:
 def state(q: aio.Queue[Any]) -> tuple[list[Any], set[Any], set[Any]]:
     """(fifo, dirty, processing) of the queue's core, for asserting that nothing was lost or left behind."""
     core = q._core
-    return list(core.fifo), set(core.dirty), set(core.processing)
+    return list(core.ordering), set(core.dirty), set(core.processing)

@@ -10,8 +10,7 @@ import pytest
 
 import keyqueue
 from keyqueue import AddResult, aio
-from keyqueue._delayed import RateLimitedAdds
-from keyqueue._shell import ShellBase
+from keyqueue._shell import RateLimitedAdds, Shell
 from tests.aio.helpers import run, state, until_waiting
 
 
@@ -182,7 +181,7 @@ def test_both_shells_share_one_rate_limiting_implementation_and_the_lazy_submodu
     assert issubclass(keyqueue.RateLimitingQueue, RateLimitedAdds)
     for name in ("add", "add_after", "add_rate_limited", "forget", "num_requeues", "__len__", "stats"):
         assert getattr(aio.RateLimitingQueue, name) is getattr(keyqueue.RateLimitingQueue, name)
-    assert issubclass(aio.Queue, ShellBase) and issubclass(keyqueue.Queue, ShellBase)
+    assert issubclass(aio.Queue, Shell) and issubclass(keyqueue.Queue, Shell)
     assert keyqueue.aio is aio
     with pytest.raises(AttributeError):
         _: Any = keyqueue.no_such_attribute
@@ -210,6 +209,6 @@ def test_bad_input_raises_and_changes_nothing() -> None:
         with pytest.raises(TypeError, match="name must be a str"):
             aio.Queue(name=3)  # type: ignore[arg-type]
         assert state(q) == ([], set(), set())
-        assert q._core.delayed_count == 0
+        assert len(q._core.delays) == 0
 
     run(main())

@@ -202,7 +202,7 @@ def test_recover_panic_false_crashes_the_worker_and_stops_the_controller(monkeyp
     assert c.failure is bug
     assert crashed == [bug]  # the worker thread ended with it, reported by threading.excepthook
     assert c.queue.num_requeues("bad") == 0  # not retried
-    assert len(c.queue) == 0 and not c.queue._pcore.processing  # done() ran
+    assert len(c.queue) == 0 and not c.queue._core.processing  # done() ran
     assert _total(reg, "controller_runtime_reconcile_panics_total", controller="ff") == 1
 
 
@@ -218,7 +218,7 @@ def test_recover_panic_false_run_raises_and_expected_errors_are_still_retried() 
     with pytest.raises(KeyError, match="bug"):
         c.process_next(timeout=0)
     assert c.stopping and isinstance(c.failure, KeyError)
-    assert not q._pcore.processing
+    assert not q._core.processing
     with pytest.raises(KeyError, match="bug"):
         c.run(handle_signals=False)
 

@@ -158,7 +158,7 @@ def test_requeues_while_stopping_are_dropped() -> None:
     assert q.shut.wait(5)
     release.set()
     stopper.join(5)
-    assert len(q) == 0 and q._pcore.delayed_count == 0
+    assert len(q) == 0 and len(q._core.delays) == 0
 
 
 def test_start_twice_and_stop_before_start() -> None:

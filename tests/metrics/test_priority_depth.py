@@ -209,9 +209,8 @@ def test_snapshot_carries_depth_by_priority_for_priority_queues_only() -> None:
     # The hook sits on the priority queue's recorder only; a plain queue's recorder has none.
     assert isinstance(plain._core.metrics, PullRecorder)
     assert plain._core.metrics.priority_depth is None
-    assert pq._precorder is not None
-    assert isinstance(pq._precorder.inner, PullRecorder)
-    assert pq._precorder.inner.priority_depth is pq._precorder.depth
+    assert isinstance(pq._core.metrics, PullRecorder)
+    assert pq._core.metrics.priority_depth is pq._depth
 
 
 def test_a_name_shared_by_plain_and_priority_queues() -> None:

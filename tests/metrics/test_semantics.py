@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import keyqueue
 from keyqueue import FakeClock, RealClock
-from keyqueue._build import _is_extension
 from keyqueue.metrics import (
     MetricsProvider,
     NoopMetricsProvider,
@@ -28,8 +27,7 @@ from keyqueue.metrics import (
     refresh_in_flight,
     set_provider,
 )
-from keyqueue.metrics._buckets import fold_counting, fold_sorting
-from keyqueue.metrics._recorders import BUCKET_BOUNDS_NS, PullRecorder, PushRecorder, bucket_index, fold_into
+from keyqueue.metrics._recorders import BUCKET_BOUNDS_NS, PullRecorder, PushRecorder, bucket_index
 from tests.metrics.recording import RecordingProvider
 
 
@@ -120,62 +118,12 @@ def test_recorder_histogram_is_exact(durations: list[int]) -> None:
         r.get(i, t + d)
         r.done(i, t + d + d)
         t += d + d
+    r.fold()  # the durations are buffered until a read (or FOLD_AT of them)
     expected = [0] * (len(BUCKET_BOUNDS_NS) + 1)
     for d in durations:
         expected[bisect_left(BUCKET_BOUNDS_NS, d)] += 1
     assert r.queue_hist[:-1] == expected == r.work_hist[:-1]
     assert r.queue_hist[-1] == sum(durations) == r.work_hist[-1]
-
-
-def _reference_fold(durations: list[int]) -> list[int]:
-    # The straightforward fold: each duration into the first bucket whose bound it does not exceed, then the sum.
-    hist = [0] * (len(BUCKET_BOUNDS_NS) + 2)
-    for d in durations:
-        i = 0
-        while i < len(BUCKET_BOUNDS_NS) and d > BUCKET_BOUNDS_NS[i]:
-            i += 1
-        hist[i] += 1
-    hist[-1] = sum(durations)
-    return hist
-
-
-FOLDS = [fold_sorting, fold_counting]
-
-
-def _check_folds(durations: list[int]) -> None:
-    expected = _reference_fold(durations)
-    for fold in FOLDS:
-        start = [3] * (len(BUCKET_BOUNDS_NS) + 2)  # a fold adds to what the histogram already holds
-        obs = list(durations)
-        fold(obs, start)
-        assert obs == [], fold.__name__
-        assert start == [3 + n for n in expected], fold.__name__
-
-
-def test_folds_count_the_boundary_values_exactly() -> None:
-    _check_folds(BOUNDARY_VALUES)
-    for d in BOUNDARY_VALUES:  # one at a time: each lands alone in its bucket
-        _check_folds([d])
-    _check_folds([])
-    _check_folds(BOUNDARY_VALUES * 3 + [2**64 + 1, 2**200])
-
-
-@given(st.lists(st.integers(min_value=0, max_value=2**70) | st.sampled_from(BOUNDARY_VALUES), max_size=300))
-def test_folds_match_the_reference_fold(durations: list[int]) -> None:
-    _check_folds(durations)
-
-
-def test_folds_control_a_wrong_count_is_caught() -> None:
-    # The reference must tell a bound from bound+1: a fold that puts 10 ns above the first bound would differ.
-    assert _reference_fold([10]) != _reference_fold([11])
-    assert _reference_fold([10])[0] == 1 and _reference_fold([11])[1] == 1
-
-
-def test_fold_into_is_the_faster_fold_of_the_running_build() -> None:
-    # Compiled, the counting loop runs at C speed; interpreted, the sort and bisects (see _buckets' docstring).
-    compiled = _is_extension(fold_counting.__module__)
-    assert fold_into is (fold_counting if compiled else fold_sorting)
-    assert compiled is (keyqueue.build_info().kind == "mypyc")
 
 
 # -- key lifetimes -------------------------------------------------------------------------------------------------

@@ -16,15 +16,13 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Hashable
 from typing import Any, cast
 
 from keyqueue import PriorityQueue, ShutDown, aio
-from keyqueue._core import EMPTY, AddResult, _Empty
-from keyqueue._priority_core import PriorityCore
-from keyqueue.metrics import SnapshotMetricsProvider, recorder_for
-from keyqueue.priority import PriorityRecorder
-from keyqueue.ratelimit import RateLimiter
+from keyqueue._core import EMPTY, AddResult, PriorityCore
+from keyqueue.metrics import SnapshotMetricsProvider
+from keyqueue.metrics._recorders import PullRecorder
+from keyqueue.priority import PriorityDepth
 
 # -- 1000 keys at each of 5 priorities ------------------------------------------------------------------------------
 
@@ -71,40 +69,24 @@ def test_5000_keys_in_priority_then_fifo_order_aio() -> None:
 # -- the fuzz harness ------------------------------------------------------------------------------------------------
 
 
-class DepthProbe:
-    """Wraps the real recorder; after every event checks that no per-priority depth is negative."""
+class DepthProbe(PriorityDepth):
+    """The queue's per-priority depth; after every change checks that no depth is negative."""
 
-    def __init__(self, inner: PriorityRecorder) -> None:
-        self.inner = inner
+    def __init__(self) -> None:
+        super().__init__()
         self.negative = 0
 
     def _check(self) -> None:
-        if any(v < 0 for v in self.inner.depth.snapshot().values()):
+        if any(v < 0 for v in self.snapshot().values()):
             self.negative += 1
 
-    def add(self, item: Hashable, t_ns: int, priority: int) -> None:
-        self.inner.add(item, t_ns, priority)
+    def inc(self, priority: int) -> None:
+        super().inc(priority)
         self._check()
 
-    def get(self, item: Hashable, t_ns: int, priority: int) -> None:
-        self.inner.get(item, t_ns, priority)
+    def dec(self, priority: int) -> None:
+        super().dec(priority)
         self._check()
-
-    def done(self, item: Hashable, t_ns: int) -> None:
-        self.inner.done(item, t_ns)
-
-    def reprioritize(self, item: Hashable, old_priority: int, new_priority: int) -> None:
-        self.inner.reprioritize(item, old_priority, new_priority)
-        self._check()
-
-    def retry(self) -> None:
-        self.inner.retry()
-
-    def shut_down(self, t_ns: int) -> None:
-        self.inner.shut_down(t_ns)
-
-    def lost(self, item: Hashable, ready_priority: int | None) -> None:
-        self.inner.lost(item, ready_priority)
 
 
 TICK = itertools.count()  # one global order of events; next() on it is atomic under the GIL
@@ -116,19 +98,15 @@ class LoggedCore(PriorityCore[str]):
 
     log: list[tuple[Any, ...]]
 
-    def add_checked(
-        self, item: str, priority: int, delay: float, rate_limiter: RateLimiter[str] | None
-    ) -> AddResult:
-        outcome = super().add_checked(item, priority, delay, rate_limiter)
-        if outcome != AddResult.DROPPED:
-            self.log.append(("add", item, priority, next(TICK)))
+    def _ready(self, item: str, priority: int, at_ns: int | None) -> AddResult:
+        outcome = super()._ready(item, priority, at_ns)
+        self.log.append(("add", item, priority, next(TICK)))
         return outcome
 
-    def pop_with_priority(self) -> tuple[str, int] | _Empty:
-        got = super().pop_with_priority()
+    def pop(self) -> str | Any:
+        got = super().pop()
         if got is not EMPTY:
-            assert isinstance(got, tuple)
-            self.log.append(("get", got[0], got[1], next(TICK)))
+            self.log.append(("get", got, self.handed[got], next(TICK)))
         return got
 
     def done(self, item: str) -> bool:
@@ -137,28 +115,25 @@ class LoggedCore(PriorityCore[str]):
 
 
 class LoggedPQ(PriorityQueue[str]):
-    def _new_priority_core(
-        self, name: str, metrics_provider: Any, stats: bool
-    ) -> tuple[PriorityCore[str], PriorityRecorder | None]:
-        inner = recorder_for(name, metrics_provider, self.clock, self._lock)
-        assert inner is not None
-        recorder = PriorityRecorder(inner)
-        self.probe = DepthProbe(recorder)
-        core = LoggedCore(self.clock, self.probe)
+    def _new_core(self, recorder: Any, stats: bool, ordering: Any) -> Any:
+        self.probe = self._depth = DepthProbe()
+        if isinstance(recorder, PullRecorder):
+            recorder.priority_depth = self._depth
+        core = LoggedCore(self.clock, metrics=recorder, stats=stats, depth=self._depth)
         core.log = []
-        return core, recorder
+        self._ranks = core.order.ranks
+        return core
 
     @property
     def log(self) -> list[tuple[Any, ...]]:
-        return cast(LoggedCore, self._pcore).log
+        return cast(LoggedCore, self._core).log
 
 
 class BrokenFastPathPQ(LoggedPQ):
     """A mutation control for the lock-free dedup: it answers DEDUP for any ready key, ignoring the priority."""
 
     def add(self, item: str, *, priority: int = 0, after: float = 0.0, rate_limited: bool = False) -> AddResult:
-        entry = self._pcore._items.get(item)
-        if entry is not None and len(entry) == 3:
+        if item in self._core.order.ranks:
             return AddResult.DEDUP
         return super().add(item, priority=priority, after=after, rate_limited=rate_limited)
 

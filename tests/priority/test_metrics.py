@@ -112,4 +112,4 @@ def test_unnamed_queue_emits_nothing() -> None:
     q.add("a", priority=3)
     assert q.depth_by_priority() == {}
     assert provider.snapshot() == {}
-    assert q._pcore.metrics is None
+    assert q._core.metrics is None

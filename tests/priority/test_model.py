@@ -14,10 +14,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-import keyqueue._priority_core as pc
+import keyqueue._core.delays
+import keyqueue._core.ordering
 from keyqueue import AddResult, FakeClock
-from keyqueue._core import EMPTY
-from keyqueue._priority_core import PriorityCore
+from keyqueue._core import EMPTY, PriorityCore
 
 KEYS = st.sampled_from(["a", "b", "c", "d", "e"])
 PRIORITIES = st.integers(min_value=-2, max_value=2)
@@ -119,7 +119,7 @@ class PriorityCoreMachine(RuleBasedStateMachine):
 
     @rule(key=KEYS, priority=PRIORITIES, delay=DELAYS)
     def add(self, key: str, priority: int, delay: int) -> None:
-        got = self.core.add_with_opts(key, priority=priority, after=float(delay))
+        got = self.core.add_after(key, float(delay), priority)
         assert got == self.model.add(key, priority, delay)
 
     @rule()
@@ -152,8 +152,8 @@ class PriorityCoreMachine(RuleBasedStateMachine):
     @invariant()
     def same_len_and_state(self) -> None:
         assert self.core.ready_len() == self.model.ready_len()
-        assert self.core.processing == self.model.processing
-        assert self.core.delayed_count == sum(1 for e in self.model.queued.values() if e.ready_at is not None)
+        assert self.core.handed == self.model.processing
+        assert len(self.core.delays) == sum(1 for e in self.model.queued.values() if e.ready_at is not None)
         assert self.core.idle() == (self.model.ready_len() == 0 and not self.model.processing)
         for k in "abcde":
             e = self.model.queued.get(k)
@@ -162,7 +162,8 @@ class PriorityCoreMachine(RuleBasedStateMachine):
 
 @pytest.fixture
 def tiny_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pc, "_COMPACT_MIN", 2)  # rebuild the heaps as soon as half their entries are stale
+    for module in (keyqueue._core.delays, keyqueue._core.ordering):
+        monkeypatch.setattr(module, "_SLACK", 2)  # rebuild as soon as half the entries are stale
 
 
 @pytest.mark.parametrize("compaction", ["default", "tiny"])

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
-from keyqueue._core import DEDUP, MARKED, QUEUED
+from keyqueue._core import AddResult
 from keyqueue._procs import wait_or_kill
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
@@ -443,7 +443,7 @@ class _TimedQueue(RateLimitingQueue[str]):
         self.done_ns: list[int] = []  # list.append is atomic: no lock needed
         self.busy_ns: list[int] = []
 
-    def get(self, timeout: object = None) -> str:
+    def get(self, timeout: float | None = None) -> str:
         local = self.local
         t_get = getattr(local, "t_get", 0)
         if t_get:
@@ -905,17 +905,17 @@ class Pipeline:
         t_added = time.perf_counter_ns()
         with self._lock:
             self._samples.add.append(t_added - t_add)
-            if result != QUEUED and mine:
+            if result != AddResult.QUEUED and mine:
                 self._pending_get.pop(key, None)
         if delta is not None:
             when = f"{format_duration(delta / 1e9)} after the write"
         else:
             when = "(no matching /trigger write yet)" if kind in ("ADDED", "MODIFIED") and received else ""
         self._log("[ENQUEUE]", f"[ENQUEUE] key={key} (informer: {kind}) {when}".rstrip())
-        if result == MARKED:
+        if result == AddResult.MARKED:
             self._log("[REQUEUE-WHILE-PROCESSING]", f"[REQUEUE-WHILE-PROCESSING] key={key} a worker holds this key "
                                                     "— marked, redelivered once at Done()")
-        elif result == DEDUP:
+        elif result == AddResult.DEDUP:
             self._log("[DEDUP]", f"[DEDUP] key={key} already waiting or marked — Add is a no-op")
 
     # -- workers ---------------------------------------------------------------------------------------------

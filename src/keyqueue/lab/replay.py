@@ -19,7 +19,7 @@ import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from keyqueue._core import EMPTY, QUEUED, QueueCore
+from keyqueue._core import EMPTY, AddResult, QueueCore
 from keyqueue.clock import FakeClock
 
 __all__ = ["replay"]
@@ -72,7 +72,7 @@ def replay(arrivals: Iterable[tuple[int, str]], workers: int, busy_ns: int | Seq
             core.done(key)  # a key marked meanwhile is back in the fifo
         else:
             now, key = pending.popleft()
-            if core.add(key) is QUEUED:
+            if core.add(key) is AddResult.QUEUED:
                 queued_at[key] = now
         hand_out(now)
     return waits

@@ -31,7 +31,6 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from keyqueue._core import MetricsRecorder
 from keyqueue.clock import Clock
 from keyqueue.metrics._recorders import LockLike, PullRecorder, PushRecorder
 from keyqueue.metrics.snapshot import BUCKETS, HistogramSnapshot, QueueMetrics, SnapshotMetricsProvider
@@ -224,7 +223,7 @@ _push_recorders: weakref.WeakSet[PushRecorder] = weakref.WeakSet()
 
 def recorder_for(
     name: str, provider: object, clock: Clock, lock: LockLike | None
-) -> MetricsRecorder | None:
+) -> PullRecorder | PushRecorder | None:
     """The metrics hooks for a queue called ``name``, or ``None`` when it emits nothing (the core then does one
     ``is not None`` check per event and nothing else).
 

@@ -1,33 +1,27 @@
 """The per-queue recorders behind :func:`keyqueue.metrics.recorder_for` (internal).
 
 Both implement :class:`keyqueue._core.MetricsRecorder`. The core calls ``add``/``get``/``done``/``retry`` with the
-queue's lock held and with integer-nanosecond timestamps from the queue's clock, so neither recorder takes a lock
-of its own on the hot path.
+queue's lock held and with integer-nanosecond times from the queue's clock, so neither recorder takes a lock of its
+own on the hot path.
 
 * :class:`PushRecorder` forwards every event to the metric objects of a :class:`~keyqueue.metrics.MetricsProvider`,
-  exactly as client-go's ``defaultQueueMetrics`` does; the two in-flight gauges are set by :meth:`PushRecorder.refresh`.
-* :class:`PullRecorder` only counts, in plain Python ints and lists; a
-  :class:`~keyqueue.metrics.SnapshotMetricsProvider` reads those counts (under the queue's lock) when it is asked
-  for a snapshot, e.g. at Prometheus scrape time. A priority queue attaches its per-priority depth
-  (a :class:`PriorityDepthSource`) to its recorder, so that a snapshot reads it under the same lock.
+  as client-go's ``defaultQueueMetrics`` does; the two in-flight gauges are set by :meth:`PushRecorder.refresh`.
+* :class:`PullRecorder` only counts, in plain ints and lists; a :class:`~keyqueue.metrics.SnapshotMetricsProvider`
+  reads them (under the queue's lock) when asked for a snapshot, e.g. at scrape time. A priority queue attaches its
+  per-priority depth (a :class:`PriorityDepthSource`), so that a snapshot reads it under the same lock.
 
-Both forget a key when it stops needing it: its add time at ``get``, its processing start at ``done``.
+Both forget a key when they stop needing it: its add time at ``get``, its processing start at ``done``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
-from keyqueue._build import _is_extension
-from keyqueue._core import LEDGER_FOLD_AT, purge_stale
 from keyqueue.clock import Clock
-from keyqueue.metrics._buckets import BUCKET_BOUNDS_NS, HIST_SLOTS, fold_counting, fold_sorting
-from keyqueue.metrics._buckets import INF as _INF
-from keyqueue.metrics._buckets import SUM as _SUM
 
 if TYPE_CHECKING:
     from keyqueue.metrics import (
@@ -40,61 +34,59 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKET_BOUNDS_NS",
-    "FOLD_AT",
     "HIST_SLOTS",
     "LockLike",
     "PriorityDepthSource",
     "PullRecorder",
     "PushRecorder",
     "SharedQueueRecorder",
+    "bind_core",
     "bucket_index",
     "fold_into",
     "in_flight_ns",
     "nanos_to_seconds",
 ]
 
+#: Upper bounds (``le``) of client-go's duration histograms in integer nanoseconds: 1e-8 s, 1e-7 s, ... 10 s.
+#: ``d_ns <= BUCKET_BOUNDS_NS[i]`` holds exactly when ``d_ns / 1e9`` is <= the float bound (correctly rounded
+#: division is monotonic and maps each bound to its literal), so bucketing integer ns gives the float counts.
+BUCKET_BOUNDS_NS: Final = tuple(10**k for k in range(1, 11))
+
+#: Layout of a histogram list: one count per bound, one for +Inf (at ``_INF``), then the sum in ns (at ``_SUM``).
+HIST_SLOTS: Final = len(BUCKET_BOUNDS_NS) + 2
+_INF: Final = len(BUCKET_BOUNDS_NS)
+_SUM: Final = HIST_SLOTS - 1
+
 _NS_PER_S: Final = 1_000_000_000
 
 
-def _bit_length_tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
-    # Bucketing on the hot path without a bisect: all durations with the same bit length L lie in
-    # [2**(L-1), 2**L - 1]. If no bound falls inside that range they share one bucket, _LOW[L], and _SPLIT[L] is
-    # 2**64 (never exceeded). If a bound 10**k falls inside, the bucket is _LOW[L] for d <= 10**k and the next one
-    # above it, so _SPLIT[L] = 10**k. (Ten bounds, factor 10 > 2 apart: at most one per range.) For L > 64 the
-    # lookup raises IndexError and the recorder counts +Inf (2**64 ns is 584 years).
-    low: list[int] = []
-    split: list[int] = []
-    for length in range(65):
-        lo, hi = (0, 0) if length == 0 else (1 << (length - 1), (1 << length) - 1)
-        i_lo, i_hi = bisect_left(BUCKET_BOUNDS_NS, lo), bisect_left(BUCKET_BOUNDS_NS, hi)
-        low.append(i_lo)
-        split.append(BUCKET_BOUNDS_NS[i_lo] if i_lo != i_hi else 1 << 64)
-    return tuple(low), tuple(split)
-
-
-_LOW, _SPLIT = _bit_length_tables()
-
-
 def bucket_index(d_ns: int) -> int:
-    """The histogram slot of a duration: ``bisect_left(BUCKET_BOUNDS_NS, d_ns)`` (10 = +Inf), via the tables."""
-    length = d_ns.bit_length()
-    if length >= len(_LOW):
-        return _INF
-    return _LOW[length] + (d_ns > _SPLIT[length])
+    """The histogram slot of a duration: the first bound it does not exceed (``len(BUCKET_BOUNDS_NS)`` = +Inf)."""
+    return bisect_left(BUCKET_BOUNDS_NS, d_ns)
 
 
-#: How many buffered durations a :class:`PullRecorder` keeps per histogram before it folds them into the buckets
-#: (see :attr:`PullRecorder.queue_obs`): bounds the buffer at a few kB per queue.
-FOLD_AT: Final = LEDGER_FOLD_AT
+#: A :class:`PullRecorder` counts the durations it buffers into its histograms when a buffer holds this many (and
+#: before every read): a sort and ten bisects in C instead of a bucket search per hand-out.
+FOLD_AT: Final = 256
 
 
-#: ``fold_into(obs, hist)``: count the durations ``obs`` (integer ns) into the histogram list ``hist``
-#: (:data:`HIST_SLOTS` long: a count per bound, +Inf, sum) and empty ``obs``; exactly what counting each with
-#: :func:`bucket_index` gives. Where :mod:`keyqueue.metrics._buckets` is compiled (the compiled build) its counting
-#: loop (a few ns per duration), else its sort and bisects, which run in C (both measured in both builds).
-fold_into: Final[Callable[[list[int], list[int]], None]] = (
-    fold_counting if _is_extension(fold_counting.__module__) else fold_sorting
-)
+def fold_into(obs: list[int], hist: list[int]) -> None:
+    """Count the durations ``obs`` (integer ns, >= 0) into ``hist`` (:data:`HIST_SLOTS` long: a count per bound, +Inf,
+    sum) and empty ``obs``: exactly what :func:`bucket_index` for each gives."""
+    if not obs:
+        return
+    obs.sort()
+    total = len(obs)
+    below = 0
+    for i, bound in enumerate(BUCKET_BOUNDS_NS):
+        n = bisect_right(obs, bound)
+        hist[i] += n - below
+        below = n
+        if n == total:
+            break
+    hist[_INF] += total - below
+    hist[_SUM] += sum(obs)
+    obs.clear()
 
 
 def nanos_to_seconds(ns: int) -> float:
@@ -202,11 +194,6 @@ class PushRecorder:
     def shut_down(self, t_ns: int) -> None:
         self._stopped = True
 
-    def lost(self, item: Hashable) -> None:
-        if purge_stale(self._added, item):
-            self._depth.dec()  # it was dirty: counted in depth
-        purge_stale(self._started, item)
-
     def refresh(self) -> None:
         """Set the unfinished-work and longest-running gauges from the keys being processed now (takes the
         queue's lock; the gauges' ``set`` is called with it held, as in client-go). After the queue's shutdown
@@ -238,13 +225,6 @@ class PullRecorder:
 
     At the queue's shutdown the in-flight gauges freeze (client-go stops updating them then): :meth:`read` reports
     the processing start times and the clock reading of that moment from then on, whatever is done afterwards.
-
-    A plain queue's core (:meth:`keyqueue._core.QueueCore.keep_ledger`) calls none of :attr:`add`/:meth:`get`/
-    :meth:`done`: it uses ``added`` and ``started`` as its own dirty and processing containers (so they hold the
-    same keys and times the methods would give them) and appends each duration to ``queue_obs``/``work_obs``, which
-    :meth:`fold` counts into the histograms when a buffer reaches :data:`FOLD_AT` entries and before every
-    :meth:`read` (and the provider folds a dead queue's buffers). So a scrape sees exactly the counts the methods
-    would have produced; only the moment the buckets are computed differs.
     """
 
     __slots__ = (
@@ -270,7 +250,7 @@ class PullRecorder:
         self.retries = [0]
         self.queue_hist = [0] * HIST_SLOTS
         self.work_hist = [0] * HIST_SLOTS
-        # Durations (ns) not yet counted into queue_hist / work_hist (see fold()); at most FOLD_AT each.
+        # Durations (ns) not yet counted into queue_hist / work_hist (see fold()).
         self.queue_obs: list[int] = []
         self.work_obs: list[int] = []
         self.added: dict[Hashable, int] = {}
@@ -281,45 +261,27 @@ class PullRecorder:
         # MetricsRecorder.add(item, t_ns); setdefault's return value is ignored by the core.
         self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
-    # get and done are the hot path: a few dict operations and list increments, with the bucket index inlined
-    # from bucket_index(). Measured against bisect, closure-based and packed-int variants; this was the fastest.
-
     def get(self, item: Hashable, t_ns: int) -> None:
         self.started[item] = t_ns
         t0 = self.added.pop(item, None)
         if t0 is not None:
-            d = t_ns - t0
-            length = d.bit_length()
-            h = self.queue_hist
-            try:
-                h[_LOW[length] + (d > _SPLIT[length])] += 1
-            except IndexError:
-                h[_INF] += 1
-            h[_SUM] += d
+            obs = self.queue_obs
+            obs.append(t_ns - t0)
+            if len(obs) >= FOLD_AT:
+                self.fold()  # both buffers: a done follows a get, so work_obs holds at most FOLD_AT + keys in flight
 
     def done(self, item: Hashable, t_ns: int) -> None:
         t0 = self.started.pop(item, None)
         if t0 is not None:
-            d = t_ns - t0
-            length = d.bit_length()
-            h = self.work_hist
-            try:
-                h[_LOW[length] + (d > _SPLIT[length])] += 1
-            except IndexError:
-                h[_INF] += 1
-            h[_SUM] += d
-
-    def retry(self) -> None:
-        self.retries[0] += 1
+            self.work_obs.append(t_ns - t0)
 
     def fold(self) -> None:
-        """Count the buffered durations into the histograms (called with the queue's lock held)."""
+        """Count the buffered durations into the histograms (the queue's lock held)."""
         fold_into(self.queue_obs, self.queue_hist)
         fold_into(self.work_obs, self.work_hist)
 
-    def lost(self, item: Hashable) -> None:
-        purge_stale(self.added, item)  # in place: the provider's slot holds this very dict
-        purge_stale(self.started, item)
+    def retry(self) -> None:
+        self.retries[0] += 1
 
     def shut_down(self, t_ns: int) -> None:
         if self._frozen is None:

@@ -117,7 +117,7 @@ class _Slot:
         self.retries = recorder.retries
         self.queue_hist = recorder.queue_hist
         self.work_hist = recorder.work_hist
-        self.queue_obs = recorder.queue_obs  # durations the recorder had not folded yet when it died
+        self.queue_obs = recorder.queue_obs  # durations the recorder had not counted yet when it died
         self.work_obs = recorder.work_obs
         self.added: dict[Hashable, int] | None = recorder.added
         self.pending_at_death = 0
@@ -130,7 +130,7 @@ class _Slot:
             self.added = None
 
     def fold(self) -> None:
-        """For a dead recorder: count the durations it had buffered into its histograms (nobody writes them)."""
+        """For a dead recorder: count the durations it had buffered (nobody writes them any more)."""
         fold_into(self.queue_obs, self.queue_hist)
         fold_into(self.work_obs, self.work_hist)
 

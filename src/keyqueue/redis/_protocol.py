@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
 
-from keyqueue._core import AddResult, DecisionCounts, QueueStats, check_delay
+from keyqueue._core import AddResult, QueueStats, check_delay
+from keyqueue._core.outcomes import Counts
 from keyqueue.clock import Clock, RealClock
 from keyqueue.metrics._recorders import SharedQueueRecorder
 from keyqueue.ratelimit import (
@@ -319,7 +320,7 @@ class HandleState:
         self.getters = 0  # get() calls of this handle blocked in Redis right now
         self.shutting_down = False
         self.draining = False
-        self.counts = DecisionCounts() if stats else None
+        self.counts = Counts() if stats else None
         self.expired_seen = 0
         self.layout_ok = False  # the queue's layout was checked (on_layout): set before this handle's first operation
         self.metrics: SharedQueueRecorder | None = None
@@ -483,7 +484,8 @@ class HandleState:
                 if self.lost:
                     self.lost.discard((key, lease))
                 if self.counts is not None and code >= 0:
-                    self.counts.done(True, code == 1)
+                    self.counts.dones += 1
+                    self.counts.redelivered += code == 1
                 if self.metrics is not None:
                     if code >= 0:
                         self.metrics.done(key, self.metrics_clock.now_ns())

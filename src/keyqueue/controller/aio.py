@@ -1,8 +1,8 @@
 """The controller loop for asyncio: :class:`keyqueue.aio.Controller` (import it from there).
 
-The outcome table, metrics and logging are those of :class:`keyqueue.Controller` (see :mod:`keyqueue.controller`);
-here the workers are tasks of one event loop and ``reconcile`` is usually a coroutine function. Kept out of
-:mod:`keyqueue.controller` so that ``import keyqueue`` does not import :mod:`asyncio`.
+The outcome table, metrics and logging are those of :class:`keyqueue.Controller` (see
+:mod:`keyqueue.controller.threaded`); here the workers are tasks of one event loop and ``reconcile`` is usually a
+coroutine function.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from collections.abc import Awaitable, Callable, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from keyqueue._aio_priority import PriorityQueue
+from keyqueue._aio import PriorityQueue, RateLimitingQueue
 from keyqueue._core import check_timeout
-from keyqueue.aio import RateLimitingQueue
 from keyqueue.clock import Clock
-from keyqueue.controller import ControllerBase, Result
+from keyqueue.controller.outcomes import ControllerBase, Result
 from keyqueue.errors import ShutDown
 
 if TYPE_CHECKING:
