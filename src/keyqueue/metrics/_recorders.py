@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 from keyqueue.clock import Clock
 
 if TYPE_CHECKING:
-    from keyqueue.metrics import (
+    from keyqueue.metrics.interfaces import (
         CounterMetric,
         GaugeMetric,
         HistogramMetric,
