@@ -1,10 +1,10 @@
-"""An operator for a custom resource: CRD, informer → queue → reconcile, status subresource and a finalizer.
+"""An operator for a custom resource: CRD, informer → queue → reconcile, status subresource, a finalizer, Events.
 
 Every Greeting gets `status.message` ("Hello, <spec.name>!") and `status.observedGeneration`, written through the
-status subresource; the operator puts its finalizer on each Greeting and, when one is deleted, does its cleanup
-and removes the finalizer so that the deletion completes. Run it with `.venv/bin/python examples/greeting_operator.py`
-(add `etcd` to store the objects in a real etcd). (Not named operator.py: that would shadow the standard
-library's `operator` module for the script.)
+status subresource, and an Event saying so; the operator puts its finalizer on each Greeting and, when one is
+deleted, does its cleanup and removes the finalizer so that the deletion completes. Run it with
+`.venv/bin/python examples/greeting_operator.py` (add `etcd` to store the objects in a real etcd). (Not named
+operator.py: that would shadow the standard library's `operator` module for the script.)
 """
 
 import sys
@@ -16,6 +16,7 @@ from kubernetes import client
 
 import keyqueue
 from keyqueue.apiserver import TestAPIServer
+from keyqueue.events import EventBroadcaster
 from keyqueue.informer import Informer, meta_namespace_key
 
 GROUP, VERSION, PLURAL, FINALIZER = "example.com", "v1", "greetings", "example.com/cleanup"
@@ -35,7 +36,8 @@ CRD = {
 
 
 def main(backend: str) -> None:
-    with TestAPIServer(backend) as server, server.api_client() as api_client:
+    with TestAPIServer(backend) as server, server.api_client() as api_client, EventBroadcaster(api_client) as events:
+        recorder = events.recorder_for("greeting-operator")  # record() never blocks the reconcile
         client.ApiextensionsV1Api(api_client).create_custom_resource_definition(CRD)  # served once it returns
         api = client.CustomObjectsApi(api_client)
         informer = Informer.for_custom_objects(api_client, GROUP, VERSION, PLURAL, "default")
@@ -58,6 +60,7 @@ def main(backend: str) -> None:
             if meta.get("deletionTimestamp"):
                 if FINALIZER in finalizers:
                     sys.stdout.write(f"cleaned up {key}\n")  # release what it held, then let it go
+                    recorder.event(obj, "Normal", "CleanedUp", "finalizer removed")
                     rest = [f for f in finalizers if f != FINALIZER]
                     api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
                                                        {"metadata": {**guard, "finalizers": rest}})
@@ -71,6 +74,7 @@ def main(backend: str) -> None:
             if status.get("observedGeneration") != meta["generation"]:  # level-based: act only if behind
                 status = {"message": f"Hello, {obj['spec']['name']}!", "observedGeneration": meta["generation"]}
                 api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, {"status": status})
+                recorder.event(obj, "Normal", "Greeted", status["message"])
                 sys.stdout.write(f"reconciled {key}: generation {meta['generation']}: {status['message']}\n")
 
         def greeting(name: str) -> Any:
@@ -101,6 +105,9 @@ def main(backend: str) -> None:
                 if not cleaned.wait(30):
                     raise SystemExit("alice was not cleaned up within 30 s")
                 wait_for(lambda: informer.store.get_by_key("default/alice") is None, "alice to be gone")
+        events.flush(10)  # written through the API: `kubectl describe greeting bob` would show them
+        reasons = sorted(e.reason for e in client.CoreV1Api(api_client).list_namespaced_event("default").items)
+        print("events:", " ".join(reasons))
     print("operator done")
 
 

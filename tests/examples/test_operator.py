@@ -23,10 +23,11 @@ def test_operator_writes_status_and_manages_its_finalizer(backend: str) -> None:
                  "reconciled default/bob: generation 2: Hello, Robert!"):
         assert line in lines, proc.stdout + proc.stderr
     assert lines.count("cleaned up default/alice") == 1, proc.stdout + proc.stderr
+    assert "events: CleanedUp Greeted Greeted Greeted" in lines, proc.stdout + proc.stderr
     assert lines[-1] == "operator done", proc.stdout + proc.stderr
     # level-based: one status write per generation, none for the finalizer's own changes
     assert len([line for line in lines if line.startswith("reconciled")]) == 3, proc.stdout + proc.stderr
 
 
-def test_operator_is_shown_in_the_readme() -> None:
-    assert "examples/greeting_operator.py" in (ROOT / "README.md").read_text(encoding="utf-8")
+def test_operator_is_shown_in_the_docs() -> None:
+    assert "examples/greeting_operator.py" in (ROOT / "docs" / "guide" / "operator.md").read_text(encoding="utf-8")
