@@ -16,7 +16,7 @@ sent straight through the storage backend (the floor under ``update``: what is l
 registry); ``http floor``, a ``GET /version`` through the same client (HTTP + client, no storage). The ratio
 column is each row over ``storage txn``.
 
-CPU per operation (issue 14), for every row: ``client`` is the measuring thread (the official client, or the
+CPU per operation, for every row: ``client`` is the measuring thread (the official client, or the
 direct storage call of ``storage txn``), ``server`` every other thread of this process (the API server's loop,
 its storage threads, its watch stream, gRPC's own threads; for ``write->watch`` the watching client's thread is
 left out), ``etcd`` the etcd process (from ``/proc/<pid>/stat``, 10 ms ticks: a coarse figure).  The
@@ -24,7 +24,7 @@ left out), ``etcd`` the etcd process (from ``/proc/<pid>/stat``, 10 ms ticks: a 
 server CPU is what the API server spends on the least a request can cost (``GET /version``: aiohttp, routing,
 a small JSON answer).
 
-Targets (issue 14; issue 7 had 3 ms): update median <= 1.2 ms, write->watch median <= 1.5 ms.
+Targets: update median <= 1.2 ms, write->watch median <= 1.5 ms.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The test API server's HTTP stack under hostile connections (issue 14's reason for replacing it).
+"""The test API server's HTTP stack under hostile connections (what it must survive).
 
     python benchmarks/bench_http_stack.py [--hostile N] [--samples N] [--json PATH]
 
 One memory-backed ``TestAPIServer``; ``GET /healthz`` round trips (a new connection each) are timed first with no
 other connection open (the baseline, same run), then with N/2 slowloris connections (a request line and a header
 that never ends) and N/2 idle ones open. Reported: both medians and maxima, their ratio, the threads of this process
-and whether ``/healthz`` answered at all. Issue 14's target: ``/healthz`` within 100 ms with 1,000 + 1,000 open.
+and whether ``/healthz`` answered at all. The target: ``/healthz`` within 100 ms with 1,000 + 1,000 open.
 The same script runs against an older checkout (``PYTHONPATH=<checkout>/src``) for a before/after in one sitting.
 """
 

@@ -12,11 +12,11 @@ generator in a child process (so the client does not compete for the pipeline's 
 inside the pipeline with ``perf_counter_ns`` (see :mod:`keyqueue.lab.pipeline`); the CPU time each process used
 per trigger comes from ``/proc/<pid>/stat`` (10 ms ticks; the load generator measures its own).
 
-Targets (issue 8, 200 requests at concurrency 10, etcd): /trigger p50 ≤ 3 ms and p99 ≤ 10 ms (the trigger
+Targets (200 requests at concurrency 10, etcd): /trigger p50 ≤ 3 ms and p99 ≤ 10 ms (the trigger
 handler's time, server side, as in the seed's [STATS] line), informer → enqueue median ≤ 300 µs, enqueue →
-worker Get median ≤ 100 µs with idle workers. Issue 14 (etcd with fsync): at concurrency 10 ≥ 1,200 triggers/s
+worker Get median ≤ 100 µs with idle workers. With etcd's fsync on: at concurrency 10 ≥ 1,200 triggers/s
 (the load generator's rate) with /trigger p50 ≤ 9 ms and p99 ≤ 25 ms; at concurrency 1 /trigger p50 ≤ 1.5 ms.
-Issue 18: enqueue → worker Get median ≤ 300 µs at concurrency 10 (all adds that queued a key; printed at
+Enqueue → worker Get median ≤ 300 µs at concurrency 10 (all adds that queued a key; printed at
 concurrency 1 too). Reported, never asserted: a MISS is a finding; the CPU time per trigger of each process (load
 generator, the pipeline with its trigger server, the API server, etcd) and of the pipeline's own threads (trigger
 loop, informer, workers, other) shows where the next step is, and the stage table splits each idle worker's add →
@@ -62,15 +62,15 @@ TARGETS = (
     ("/trigger p99", "trigger_handler", "p99", 10e-3),
     ("informer → enqueue median", "write_to_informer", "p50", 300e-6),
     ("enqueue → worker Get median (idle worker)", "enqueue_to_get_idle", "p50", 100e-6),
-    ("/trigger p50 (issue 14)", "trigger_handler", "p50", 9e-3),
-    ("/trigger p99 (issue 14)", "trigger_handler", "p99", 25e-3),
-    ("enqueue → worker Get median (issue 18)", "enqueue_to_get", "p50", 300e-6),
+    ("/trigger p50", "trigger_handler", "p50", 9e-3),
+    ("/trigger p99", "trigger_handler", "p99", 25e-3),
+    ("enqueue → worker Get median", "enqueue_to_get", "p50", 300e-6),
 )
 FLOOR_TARGETS = (
-    ("/trigger p50 at concurrency 1 (issue 14)", "trigger_handler", "p50", 1.5e-3),
-    ("enqueue → worker Get median (issue 18, at 10)", "enqueue_to_get", "p50", 300e-6),
+    ("/trigger p50 at concurrency 1", "trigger_handler", "p50", 1.5e-3),
+    ("enqueue → worker Get median (at 10)", "enqueue_to_get", "p50", 300e-6),
 )
-RATE_TARGET = 1200.0  # triggers/s at concurrency 10 (issue 14)
+RATE_TARGET = 1200.0  # triggers/s at concurrency 10
 
 
 def _ticks(pid: int) -> int | None:
@@ -211,7 +211,7 @@ def print_mode(result: dict[str, Any]) -> None:
                   f"{_fmt(busy['p50'])}); the same adds on instant workers wait > 300µs: {replayed or '-'}")
         if phase["concurrency"] > 1:
             rate = load["rps"]
-            print(f"  target {'triggers/s (issue 14, load generator)':<44} {rate:>9,.0f} (≥ {RATE_TARGET:,.0f})  "
+            print(f"  target {'triggers/s (load generator)':<44} {rate:>9,.0f} (≥ {RATE_TARGET:,.0f})  "
                   f"{'ok' if rate >= RATE_TARGET else 'MISS'}")
         targets = TARGETS if phase["concurrency"] > 1 else FLOOR_TARGETS
         for name, stage, stat, limit in targets:

@@ -78,7 +78,7 @@ def _leftover_temp_dirs() -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_temp_dirs_left_behind() -> Iterator[None]:
-    """Issue 14, point 7: the suite leaves none of the temp dirs it makes (the kubeconfig with a token lives in
+    """The suite leaves none of the temp dirs it makes (the kubeconfig with a token lives in
     one). Dirs already stale before the session (an earlier killed run) are not this session's doing."""
     before = set(_leftover_temp_dirs())
     yield

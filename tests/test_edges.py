@@ -166,7 +166,7 @@ def test_aio_controller_stop_accepts_forever() -> None:
     assert asyncio.run(main()) is True
 
 
-# -- item 5: argument types -------------------------------------------------------------------------------------
+# -- argument types -------------------------------------------------------------------------------------
 
 
 def test_clock_must_be_a_clock(make: Any) -> None:

@@ -1,14 +1,12 @@
-"""Issue 16, item 12: why the priority queue is not ``QueueCore`` + a priority :class:`keyqueue.Ordering`.
+"""Where controller-runtime's priority rules differ from client-go's, on the same four states.
 
-An ordering decides only which *waiting* key goes next: the core calls it for a key that becomes waiting
-(``append``), for its hand-out (``popleft``) and, optionally, for an add of a key already waiting (``touch``).
-controller-runtime's priority queue differs from client-go's queue in rules that lie outside that window: its
-delayed adds merge into the key's one queue entry, ``len`` counts keys re-added while processed, a key that fell
-due is ready before keys added after its time, and a key re-added while being processed carries a priority. Each
-test below runs the same calls, at priority 0 throughout, on the FIFO queue and on the priority queue and shows the
+An ordering decides only which *waiting* key goes next; controller-runtime's priority queue also differs from
+client-go's queue outside that: its delayed adds merge into the key's one entry, ``len`` counts keys re-added while
+processed, a key that fell due is ready before keys added after its time, and a key re-added while being processed
+carries a priority. ``PriorityCore`` states these rules on top of ``QueueCore`` (keyqueue._core.machine). Each test
+below runs the same calls, at priority 0 throughout, on the FIFO queue and on the priority queue and shows the
 difference: the FIFO answer is client-go's (tests/conformance), the priority answer controller-runtime's
-(tests/priority). Expressing the priority queue on ``QueueCore`` would need each of these as a second rule inside
-``QueueCore`` itself, not as an ordering; that is the second state machine again, so it was not done.
+(tests/priority).
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def test_limiters_are_safe_under_concurrent_when() -> None:
     assert sum(zeros) == 500
 
 
-# -- errors and values that must be the same in the pure and the compiled build (issue 18: ratelimit is compiled) --
+# -- the errors and values limiters give ---------------------------------------------------------------------
 # mypyc converts an argument typed float/int as the call enters compiled code (True -> 1.0; 1.5 for an int raises
 # its own TypeError) and a value typed float as it leaves; these tests run on both builds (scripts/test.sh).
 

@@ -1,4 +1,4 @@
-"""Conformance: a pluggable ordering (client-go's ``QueueConfig.Queue`` with its ``Touch`` hook, issue 16 item 12).
+"""Conformance: a pluggable ordering (client-go's ``QueueConfig.Queue`` with its ``Touch`` hook).
 
 The ordering only decides *which* waiting key goes next; dedup, one holder per key and one redelivery per burst of
 adds while processing are the core's and must hold for any ordering.

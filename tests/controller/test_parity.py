@@ -1,4 +1,4 @@
-"""controller-runtime parity (issue 16 items 8-10): ``Result(requeue=True)``, the retry priority of a raised error,
+"""controller-runtime parity: ``Result(requeue=True)``, the retry priority of a raised error,
 ``recover_panic=False``. Both controllers; the queue effects are checked with a FakeClock after each reconcile."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _queue(priority: bool, clock: FakeClock) -> Any:
     return PriorityQueue(limiter, clock=clock) if priority else RateLimitingQueue(limiter, clock=clock)
 
 
-# -- item 8: Result(requeue=True) -------------------------------------------------------------------------------
+# -- Result(requeue=True) -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("priority", [True, False], ids=["priority", "plain"])
@@ -119,7 +119,7 @@ def test_aio_controller_requeue_true() -> None:
     asyncio.run(main())
 
 
-# -- item 9: the priority of an error's retry -------------------------------------------------------------------
+# -- the priority of an error's retry -------------------------------------------------------------------
 
 
 def test_a_raised_reconcile_error_chooses_the_priority_of_its_retry() -> None:
@@ -172,7 +172,7 @@ def test_reconcile_error_priority_must_be_an_int() -> None:
     assert TerminalError("y", priority=3).priority == 3
 
 
-# -- item 10: recover_panic=False -------------------------------------------------------------------------------
+# -- recover_panic=False -------------------------------------------------------------------------------
 
 
 def test_recover_panic_false_crashes_the_worker_and_stops_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:

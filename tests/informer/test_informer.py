@@ -294,7 +294,7 @@ def test_for_config_maps_all_namespaces(apiserver: TestAPIServer, core: Any, ns:
 
 
 def test_informer_recovers_after_the_server_ends_its_watch_for_falling_behind() -> None:
-    """Issue 14, point 2: a handler that blocks stops the informer reading its watch; the server ends that watch
+    """A handler that blocks stops the informer reading its watch; the server ends that watch
     once its bounded buffer is full; the informer re-watches from its last resourceVersion and catches up."""
     with TestAPIServer("memory", watch_buffer=20) as s:
         reg = s.registry

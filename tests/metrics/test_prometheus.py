@@ -316,7 +316,7 @@ def test_serve_rejects_a_bad_addr_or_registry_before_starting(provider: Promethe
         assert srv.thread.is_alive()
 
 
-# -- dropping a finished queue's series (issue 16 item 7) ----------------------------------------------------------
+# -- dropping a finished queue's series ----------------------------------------------------------
 
 
 def test_forget_drops_the_series_of_finished_queues() -> None:

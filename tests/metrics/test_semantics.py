@@ -413,7 +413,7 @@ def test_slot_reads_the_same_pending_count_before_and_after_the_death_callback()
     assert slot.ref() is None and slot.dead_pending() == 2  # the real callback ran once more: no change
 
 
-# -- shutdown freezes the in-flight gauges (issue 16 item 6) ------------------------------------------------------
+# -- shutdown freezes the in-flight gauges ------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["queue", "priority"])

@@ -1,4 +1,4 @@
-"""controller-runtime's priority-queue behaviours (controller-runtime.md §3.1 and issue 9), on both shells."""
+"""controller-runtime's priority-queue behaviours (controller-runtime.md §3.1), on both shells."""
 
 from __future__ import annotations
 
