@@ -26,8 +26,8 @@ with ``metadata.finalizers`` only sets ``deletionTimestamp`` and
 ``deletionGracePeriodSeconds`` (0); no finalizer may be added afterwards; the
 update that removes the last one deletes the object instead of writing it.
 
-A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``,
-``foregroundDeletion``; :mod:`.gc`, whose collector thread acts on them and on ``ownerReferences``).
+A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``, ``foregroundDeletion``:
+:mod:`.propagation`); the collector thread of :mod:`.gc` acts on them and on ``ownerReferences``.
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
 namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
@@ -59,7 +59,6 @@ from . import errors
 from .catalogue import Catalogue
 from .crd import CRD_FINALIZER, crd_causes, prepare_crd, served_types
 from .errors import APIError
-from .gc import deletion_finalizers
 from .managedfields import managed_fields
 from .objects import (
     CRDS,
@@ -77,6 +76,7 @@ from .objects import (
 )
 from .objects import validate_update as _validate_update
 from .patch import apply_patch
+from .propagation import deletion_finalizers
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from .storage import (
     DEFAULT_WATCH_BUFFER,
@@ -107,7 +107,7 @@ class WriteOptions:
     ``Strict`` (unknown fields are a 400 error), ``Warn`` (the default: they are
     dropped and reported in ``warnings``) or ``Ignore``.  ``propagation_policy`` (a delete's
     ``Background``/``Foreground``/``Orphan``, ``""`` = unset) decides the garbage collector's finalizers
-    (:func:`~.gc.deletion_finalizers`).
+    (:func:`~.propagation.deletion_finalizers`).
     """
 
     dry_run: bool = False
