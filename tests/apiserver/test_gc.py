@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from keyqueue.apiserver import TestAPIServer
-from keyqueue.apiserver.gc import deletion_finalizers
+from keyqueue.apiserver.propagation import deletion_finalizers
 
 from .conftest import Kubectl, WatchCollector, raw_request, unique
 

@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 
-from keyqueue.apiserver import EtcdBackend, EtcdProcess, storage
+from keyqueue.apiserver import EtcdBackend, EtcdProcess
 from keyqueue.apiserver.storage import (
     BackendUnavailableError,
     BackendWatch,
     KeyValue,
     WatchBatch,
     WatchEvent,
-    _HubWatch,
-    _TrackedEtcdWatch,
+    etcd_watch,
 )
+from keyqueue.apiserver.storage.etcd import _TrackedEtcdWatch
+from keyqueue.apiserver.storage.watch_hub import _HubWatch
 
 pytestmark = pytest.mark.etcd
 
@@ -199,20 +200,20 @@ def test_a_frozen_etcd_holds_up_neither_close_nor_other_watches(own_etcd: EtcdPr
     # watch() waits (up to _RPC_TIMEOUT) for etcd to create the watch. It used to wait holding the backend's lock,
     # so with etcd frozen (SIGSTOP) every other watch() and close() (the API server's shutdown) queued behind it,
     # one full timeout each. Fails on that code: close() below does not return until the first watch() gives up.
-    monkeypatch.setattr(storage, "_RPC_TIMEOUT", 600.0)  # a wait that would outlast the test's bound
+    monkeypatch.setattr(etcd_watch, "_RPC_TIMEOUT", 600.0)  # a wait that would outlast the test's bound
     backend = EtcdBackend(own_etcd.endpoint)
     backend.share_watches(root)
     start = backend.revision() + 1
     first = backend.watch(f"/first-{root[1:]}", start)  # the loop and its channel are up
     scheduled = threading.Semaphore(0)
-    run = storage._WatchLoop.run
+    run = etcd_watch._WatchLoop.run
 
-    def counting_run(self: storage._WatchLoop, coro: Any) -> Any:
+    def counting_run(self: etcd_watch._WatchLoop, coro: Any) -> Any:
         future = run(self, coro)
         scheduled.release()
         return future
 
-    monkeypatch.setattr(storage._WatchLoop, "run", counting_run)
+    monkeypatch.setattr(etcd_watch._WatchLoop, "run", counting_run)
     assert own_etcd.pid is not None
     os.kill(own_etcd.pid, signal.SIGSTOP)
     try:
@@ -233,7 +234,7 @@ def test_a_frozen_etcd_holds_up_neither_close_nor_other_watches(own_etcd: EtcdPr
 
 def test_watch_on_a_frozen_etcd_returns_within_its_bound_and_recovers(own_etcd: EtcdProcess, root: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(storage, "_RPC_TIMEOUT", 0.2)
+    monkeypatch.setattr(etcd_watch, "_RPC_TIMEOUT", 0.2)
     backend = EtcdBackend(own_etcd.endpoint)
     backend.share_watches(root)
     try:

@@ -9,14 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from keyqueue.apiserver import EtcdBackend, EtcdProcess
-from keyqueue.apiserver.storage import (
-    BackendUnavailableError,
-    BackendWatch,
-    WatchEvent,
-    WatchOverflowError,
-    _HubWatch,
-    _WatchHub,
-)
+from keyqueue.apiserver.storage import BackendUnavailableError, BackendWatch, WatchEvent, WatchOverflowError
+from keyqueue.apiserver.storage.watch_hub import _HubWatch, _WatchHub
 
 pytestmark = pytest.mark.etcd
 

@@ -4,10 +4,10 @@ A :class:`CustomSchema` sits in the :attr:`~.objects.ResourceType.custom` of the
 CRD version; the registry's generic code path (the one ConfigMaps take) calls it where a built-in type has its
 field spec:
 
-* decoding (:meth:`CustomSchema.decode`): ``kind``/``apiVersion`` checked, ``metadata`` decoded as ``ObjectMeta``
-  (only its fields are kept), every other field pruned to the structural schema unless
-  ``x-kubernetes-preserve-unknown-fields`` (at any depth; the pruned paths are reported for ``fieldValidation``),
-  ``null`` dropped where the schema is not ``nullable``, then the schema's defaults applied;
+* decoding (:meth:`CustomSchema.complete`; :func:`~.objects.decode_typed` checks ``kind``/``apiVersion`` and
+  decodes ``metadata`` as ``ObjectMeta`` first, keeping only its fields): every other field pruned to the structural
+  schema unless ``x-kubernetes-preserve-unknown-fields`` (at any depth; the pruned paths are reported for
+  ``fieldValidation``), ``null`` dropped where the schema is not ``nullable``, then the schema's defaults applied;
 * validation (:meth:`CustomSchema.causes`): types (``integer`` vs ``number``, ``x-kubernetes-int-or-string``),
   ``required``, ``enum``, ``minimum``/``maximum`` (and exclusive), ``multipleOf``, ``minLength``/``maxLength``,
   ``pattern``, ``minItems``/``maxItems``, ``minProperties``/``maxProperties``, ``nullable``, with
@@ -15,8 +15,8 @@ field spec:
 * the ``status`` subresource (:meth:`CustomSchema.prepare_update`): the main endpoint ignores ``status``, ``/status``
   ignores everything else; ``metadata.generation`` starts at 1 and grows with every change outside ``metadata``
   (and ``status`` when it is a subresource);
-* reads (:meth:`CustomSchema.from_stored`): the served version's ``apiVersion`` (conversion strategy ``None``) and
-  the defaults, applied again on every read as kube does;
+* reads (:meth:`CustomSchema.complete` again, from :func:`~.objects.from_stored`): the served version's
+  ``apiVersion`` (conversion strategy ``None``) and the defaults, applied again on every read as kube does;
 * the Table form from ``additionalPrinterColumns`` and the OpenAPI v3 schema of the version.
 """
 
@@ -27,12 +27,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-from .errors import bad_request
-
-if TYPE_CHECKING:
-    from .objects import ResourceType
+from typing import Any, Final
 
 __all__ = ["CustomSchema", "check_value", "json_path_value", "type_name"]
 
@@ -277,28 +272,14 @@ class CustomSchema:
     terminating: bool = False
 
     # ------------------------------------------------------------------ decoding
-    def decode(self, rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]]:
-        """``body`` (a decoded JSON value) as an object of ``rt``: returns it pruned and defaulted, and the paths of
-        the unknown fields that were pruned.  400 for a body that is not an object, ``metadata`` of the wrong
-        shape, or a ``kind``/``apiVersion`` other than ``rt``'s."""
-        from .objects import decode_meta
-
-        if not isinstance(body, dict):
-            raise bad_request(f"the body of the request must be a {rt.kind} object")
-        kind = body.get("kind") or rt.kind
-        version = body.get("apiVersion") or rt.api_version
-        if version != rt.api_version:
-            raise bad_request(
-                f"the API version in the data ({version}) does not match the expected API version ({rt.api_version})")
-        if kind != rt.kind:
-            raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
-        unknown: list[str] = []
-        meta = decode_meta(rt, body.get("metadata") or {}, unknown)
-        rest = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
-        obj: dict[str, Any] = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
-        obj.update(_prune(rest, self.schema, "", unknown))
-        _default(obj, self.schema)
-        return obj, unknown
+    def complete(self, head: dict[str, Any], rest: Mapping[str, Any], unknown: list[str]) -> dict[str, Any]:
+        """An object of this version from ``head`` (its ``apiVersion``, ``kind`` and ``metadata``, already decoded)
+        and ``rest`` (its other fields): ``head`` with ``rest`` pruned to the schema (the paths of the pruned unknown
+        fields added to ``unknown``) and the schema's defaults applied, as kube decodes a custom resource from a
+        request body or from storage."""
+        head.update(_prune(rest, self.schema, "", unknown))
+        _default(head, self.schema)
+        return head
 
     def causes(self, obj: Mapping[str, Any]) -> list[_Cause]:
         """The schema validation errors of ``obj`` as ``(reason, field, message)``."""
@@ -315,15 +296,6 @@ class CustomSchema:
         """``obj`` with every key sorted (kube encodes custom resources as JSON maps)."""
         out: dict[str, Any] = _sorted(obj)
         return out
-
-    def from_stored(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """A stored object as ``rt`` (a served version) serves it: its ``apiVersion``, pruned to this version's
-        schema and defaulted (as kube decodes custom resources from storage)."""
-        head = {"apiVersion": rt.api_version, "kind": obj.get("kind", rt.kind), "metadata": obj.get("metadata", {})}
-        rest = {k: v for k, v in obj.items() if k not in head}
-        head.update(_prune(rest, self.schema, "", []))
-        _default(head, self.schema)
-        return head
 
     # ------------------------------------------------------------------ writes
     def prepare_create(self, obj: dict[str, Any]) -> None:

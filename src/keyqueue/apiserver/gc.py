@@ -1,6 +1,6 @@
 """Garbage collection of dependents (``metadata.ownerReferences``), as kube-controller-manager's garbage collector.
 
-Deleting with a ``propagationPolicy`` (:func:`deletion_finalizers`, applied by :meth:`Registry.delete`):
+Deleting with a ``propagationPolicy`` (:func:`~.propagation.deletion_finalizers`, applied by :meth:`Registry.delete`):
 
 * ``Background`` (the default): the owner goes at once; the collector then deletes each dependent whose owners
   are all gone;
@@ -31,37 +31,20 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
 from .catalogue import Catalogue
 from .errors import APIError
 from .objects import REVIEWS, ResourceType
 from .patch import MERGE_PATCH
+from .propagation import FOREGROUND, GC_FINALIZERS, ORPHAN
+from .registry import Registry, WriteOptions
 from .storage import CompactedError, StorageError, WatchEvent, WatchOverflowError
 
-__all__ = ["FOREGROUND", "ORPHAN", "GarbageCollector", "deletion_finalizers", "owner_types"]
+__all__ = ["GarbageCollector", "owner_types"]
 
 log = logging.getLogger("keyqueue.apiserver.gc")
-
-#: The finalizers kube's garbage collector owns (``metav1.FinalizerOrphanDependents``/``FinalizerDeleteDependents``).
-ORPHAN: Final = "orphan"
-FOREGROUND: Final = "foregroundDeletion"
-_GC_FINALIZERS: Final = (ORPHAN, FOREGROUND)
-
-
-def deletion_finalizers(finalizers: Iterable[str] | None, policy: str) -> list[str]:
-    """The finalizers an object keeps when deleted with ``policy``: unset keeps the GC finalizers it has;
-    ``Orphan`` and ``Foreground`` make sure of theirs (and drop the other); ``Background`` drops both (kube's
-    ``deletionFinalizersForGarbageCollection``)."""
-    existing = list(finalizers or ())
-    if not policy:
-        return existing
-    wanted = {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy)
-    out = [f for f in existing if f not in _GC_FINALIZERS or f == wanted]
-    if wanted is not None and wanted not in out:
-        out.append(wanted)
-    return out
 
 
 def owner_types(catalogue: Catalogue) -> list[ResourceType]:
@@ -90,13 +73,10 @@ class GarbageCollector:
     """The collector of one :class:`~.registry.Registry` (see the module docstring).  :meth:`start` runs it in a
     daemon thread, :meth:`stop` ends it (it finishes the object it is looking at)."""
 
-    def __init__(self, registry: Any) -> None:
-        from .registry import Registry, WriteOptions
-
+    def __init__(self, registry: Registry) -> None:
         if not isinstance(registry, Registry):
             raise TypeError(f"registry must be a Registry, got {type(registry).__name__}")
         self._registry = registry
-        self._write_options = WriteOptions
         self._prefix = registry.prefix + "/"
         self._nodes: dict[str, _Node] = {}  # key -> node
         self._dependents: dict[str, set[str]] = {}  # owner uid -> dependent keys
@@ -181,7 +161,7 @@ class GarbageCollector:
                 continue
             self._index(kv.key, obj)
             meta = obj.get("metadata") or {}
-            if meta.get("ownerReferences") or set(meta.get("finalizers") or ()) & set(_GC_FINALIZERS):
+            if meta.get("ownerReferences") or set(meta.get("finalizers") or ()) & set(GC_FINALIZERS):
                 todo.append(kv.key)
         for key in todo:
             self._examine(key)
@@ -247,7 +227,7 @@ class GarbageCollector:
         meta = obj.get("metadata") or {}
         if after is not None and (before is None or before.owners != after.owners):
             todo[key] = None  # new or changed owners: are they all there?
-        if meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) & set(_GC_FINALIZERS):
+        if meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) & set(GC_FINALIZERS):
             todo[key] = None  # an owner deleted in the foreground or orphaning
 
     def _key_of(self, uid: str) -> str | None:
@@ -313,7 +293,7 @@ class GarbageCollector:
                 dropped = {str(r.get("uid", "")) for r in gone}
                 keep = [r for r in refs if str(r.get("uid", "")) not in dropped]
                 self._registry.patch(rt, meta.get("namespace"), meta["name"], MERGE_PATCH, {"metadata": {
-                    "resourceVersion": meta["resourceVersion"], "ownerReferences": keep}}, self._write_options())
+                    "resourceVersion": meta["resourceVersion"], "ownerReferences": keep}}, WriteOptions())
             return
         waiting = any(self._owner_state(rt, meta, r) == "waiting" for r in gone)
         if waiting and self._dependents.get(uid):
@@ -326,7 +306,7 @@ class GarbageCollector:
             policy = "Background"
         log.debug("garbage collector: deleting %s (%s)", key, policy)
         self._registry.delete(rt, meta.get("namespace"), meta["name"], {"uid": uid},
-                              self._write_options(propagation_policy=policy))
+                              WriteOptions(propagation_policy=policy))
 
     def _owner_state(self, rt: ResourceType, meta: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
         """``solid`` (there, or unresolvable), ``waiting`` (there, deleted in the foreground) or ``dangling``."""
@@ -363,7 +343,7 @@ class GarbageCollector:
                 try:
                     self._registry.patch(rt, meta.get("namespace"), meta["name"], MERGE_PATCH, {"metadata": {
                         "resourceVersion": meta["resourceVersion"], "ownerReferences": keep or None}},
-                        self._write_options())
+                        WriteOptions())
                     break
                 except APIError as exc:
                     if exc.code == 404:
@@ -375,4 +355,4 @@ class GarbageCollector:
         meta = obj["metadata"]
         rest = [f for f in meta.get("finalizers") or () if f != finalizer]
         self._registry.patch(rt, meta.get("namespace"), meta["name"], MERGE_PATCH, {"metadata": {
-            "resourceVersion": meta["resourceVersion"], "finalizers": rest or None}}, self._write_options())
+            "resourceVersion": meta["resourceVersion"], "finalizers": rest or None}}, WriteOptions())

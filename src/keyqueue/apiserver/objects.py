@@ -26,13 +26,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from .custom import CustomSchema
 from .errors import APIError, bad_request, invalid
 from .validation import event_causes, event_update_causes, namespace_finalizer_causes, owner_reference_causes
-
-if TYPE_CHECKING:
-    from .custom import CustomSchema
 
 __all__ = [
     "BUILTINS",
@@ -439,7 +437,7 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     ``kind`` or ``apiVersion`` other than ``rt``'s.
     """
     if rt.custom is not None:
-        return rt.custom.decode(rt, body)
+        return _decode_custom(rt, rt.custom, body)
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
@@ -462,6 +460,26 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
                 f'{rt.kind} in version "v1" cannot be handled as a {rt.kind}: illegal base64 data in binaryData[{key}]'
             ) from None
     return obj, unknown
+
+
+def _decode_custom(rt: ResourceType, custom: CustomSchema, body: Any) -> tuple[dict[str, Any], list[str]]:
+    """``body`` (a decoded JSON value) as an object of the custom resource ``rt``: returns it pruned and defaulted
+    (:meth:`CustomSchema.complete`), and the paths of the unknown fields that were pruned.  400 for a body that is not
+    an object, ``metadata`` of the wrong shape, or a ``kind``/``apiVersion`` other than ``rt``'s."""
+    if not isinstance(body, dict):
+        raise bad_request(f"the body of the request must be a {rt.kind} object")
+    kind = body.get("kind") or rt.kind
+    version = body.get("apiVersion") or rt.api_version
+    if version != rt.api_version:
+        raise bad_request(
+            f"the API version in the data ({version}) does not match the expected API version ({rt.api_version})")
+    if kind != rt.kind:
+        raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+    unknown: list[str] = []
+    meta = decode_meta(rt, body.get("metadata") or {}, unknown)
+    rest = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
+    obj: dict[str, Any] = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+    return custom.complete(obj, rest, unknown), unknown
 
 
 def decode_meta(rt: ResourceType, value: Any, unknown: list[str]) -> dict[str, Any]:
@@ -502,8 +520,9 @@ def to_stored(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
 def from_stored(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     """A stored object as ``rt`` serves it (the inverse of :func:`to_stored`), in ``rt``'s field order; a custom
     resource with ``rt``'s ``apiVersion`` and its schema's defaults applied (kube defaults on every read)."""
-    if rt.custom is not None:
-        return rt.custom.from_stored(rt, obj)
+    if rt.custom is not None:  # pruned to the served version's schema and defaulted, as kube decodes from storage
+        head = {"apiVersion": rt.api_version, "kind": obj.get("kind", rt.kind), "metadata": obj.get("metadata", {})}
+        return rt.custom.complete(head, {k: v for k, v in obj.items() if k not in head}, [])
     if not rt.renames:
         return obj
     stored_to_served = dict(rt.renames)

@@ -142,7 +142,7 @@ def _object_meta(value: int | bytes) -> dict[str, Any]:
             out.setdefault("ownerReferences", []).append(_owner_reference(v))
         elif number == 14:
             out.setdefault("finalizers", []).append(_str(v))
-        # 17 managedFields: ignored (this server does not track field ownership)
+        # 17 managedFields: skipped (the registry drops a client's managedFields and writes its own)
     return out
 
 
