@@ -1,4 +1,5 @@
-"""The README's first command gives every subcommand; later commands run as written; citations exist."""
+"""The README's first command gives every subcommand the lab's page lists; later commands run as written; citations
+exist."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from keyqueue.lab.commands import COMMANDS, Command, CommandUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+LAB_PAGE = (ROOT / "docs" / "lab.md").read_text(encoding="utf-8")
 
 
 def _extra(name: str, extras: dict[str, list[str]], seen: set[str] | None = None) -> set[str]:
@@ -48,23 +50,25 @@ def test_the_first_command_is_the_one_this_checks() -> None:
     assert ".venv/bin/pip install -e '.[lab]' && .venv/bin/keyqueue-lab" in README
 
 
-def test_every_subcommand_the_readme_lists_exists_and_loads() -> None:
+def test_every_subcommand_the_lab_page_lists_exists_and_loads() -> None:
     names = "run|dedup|race|backoff|drain|pipeline|load|apiserver|explain|failover|crash"
-    listed = set(re.findall(rf"`(?:keyqueue-lab )?({names})\b", README))
+    listed = set(re.findall(rf"`(?:keyqueue-lab )?({names})\b", LAB_PAGE))
     assert {"run", "dedup", "race", "backoff", "drain", "pipeline", "load", "apiserver", "explain", "failover",
             "crash"} <= listed
     for name in listed:
         COMMANDS[name].load()  # raises CommandUnavailable if something the lab extra brings is missing
 
 
-def test_readme_commands_need_no_activated_venv() -> None:
-    blocks = re.findall(r"```sh\n(.*?)```", README, flags=re.S)
+@pytest.mark.parametrize("doc", ["README.md", "docs/lab.md", "docs/performance.md", "docs/guide/testing.md"])
+def test_commands_need_no_activated_venv(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
     lines = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
     for line in lines:
         first = line.split()[0]
-        if first in ("keyqueue-lab", "python", "pip", "pytest", "mypy", "ruff"):
-            pytest.fail(f"README command needs an activated venv: {line}")
-    inline = re.findall(r"`((?:python|pip) [^`]*)`", README)
+        if first in ("keyqueue-lab", "python", "pip", "pytest", "mypy", "ruff", "mkdocs"):
+            pytest.fail(f"{doc}: a command that needs an activated venv: {line}")
+    inline = re.findall(r"(?<!`)`((?:python|pip) [^`\n]*)`(?!`)", text)
     assert inline == [], inline
 
 
@@ -92,7 +96,8 @@ def test_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"keyqueue-lab {keyqueue.__version__}"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "benchmarks/README.md"])
+@pytest.mark.parametrize("doc", ["README.md", "benchmarks/README.md", *sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))])
 def test_cited_notes_exist_in_the_repository(doc: str) -> None:
     text = (ROOT / doc).read_text(encoding="utf-8")
     assert "peer-figures" not in text and "shared/notes" not in text
