@@ -81,8 +81,9 @@ class QueueCore(Generic[T]):
     """client-go's workqueue state machine (see the module docstring). Not thread-safe: callers hold a lock.
 
     A key's ``__hash__`` and ``__eq__`` must behave as for a ``dict`` key: not change while the queue holds the key
-    and not raise. Lookups come before changes in every method, so a key whose methods raise makes the call raise
-    with the key in one of the four states (an unhashable key changes nothing); that key may then be dropped.
+    and not raise. Each method orders its steps so that a key whose methods raise makes the call raise with the key
+    still in one of the four states (an unhashable key changes nothing; a key that raises as it is handed out stays
+    waiting, behind the others).
     """
 
     __slots__ = (
