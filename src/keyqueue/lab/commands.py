@@ -95,7 +95,7 @@ for _command in (
         "keyqueue.apiserver.cli",
         "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces) on etcd, not kube-apiserver",
     ),
-    Command("pipeline", "keyqueue.lab.pipeline", "API write → watch → informer → queue → worker, timed per stage"),
+    Command("pipeline", "keyqueue.lab.pipeline_cli", "API write → watch → informer → queue → worker, timed per stage"),
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
     Command("explain", "keyqueue.lab.explain", "what every counter the lab prints means, and its Prometheus "
             "series"),

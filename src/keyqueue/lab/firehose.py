@@ -243,7 +243,6 @@ class _RecordingLimiter(RateLimiter[Hashable]):
         return self.inner.num_requeues(item)
 
 
-
 def _part_name(limiter: RateLimiter[Hashable]) -> str:
     if isinstance(limiter, ItemExponentialFailureRateLimiter):
         return "per-key"
