@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, cast
 from keyqueue.apiserver import find_etcd_binary
 from keyqueue.lab.common import format_duration, write_json
 from keyqueue.lab.load import run_load_subprocess
-from keyqueue.lab.pipeline import Pipeline, PipelineConfig, microbench_queue
+from keyqueue.lab.pipeline import Pipeline, PipelineConfig
+from keyqueue.lab.pipeline_stages import microbench_queue
 
 if TYPE_CHECKING:
     from benchmarks.harness import Case, Context, Measurement, Skip

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keyqueue.lab.__main__ import main
-from keyqueue.lab.firehose import EventLog
+from keyqueue.lab.firehose_log import EventLog
 
 Lab = Callable[..., tuple[int, dict[str, Any]]]
 

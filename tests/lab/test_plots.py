@@ -12,9 +12,9 @@ pytest.importorskip("matplotlib")
 import matplotlib.pyplot as plt
 
 from keyqueue.lab.__main__ import main
-from keyqueue.lab.backoff import run_backoff
+from keyqueue.lab.backoff import backoff_figure, herd_reference, run_backoff
 from keyqueue.lab.firehose import FirehoseConfig, run_firehose
-from keyqueue.lab.plot import backoff_figure, herd_reference, run_figure
+from keyqueue.lab.firehose_view import run_figure
 
 
 def _line(ax: Any, prefix: str) -> Any:

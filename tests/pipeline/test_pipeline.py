@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from keyqueue.apiserver import find_etcd_binary
+from keyqueue.lab.api_writer import TriggerError
 from keyqueue.lab.load import check_loopback_url, percentile, run_load
-from keyqueue.lab.pipeline import Pipeline, PipelineConfig, TriggerError, microbench_queue
+from keyqueue.lab.pipeline import Pipeline, PipelineConfig
+from keyqueue.lab.pipeline_stages import microbench_queue
 
 pytest.importorskip("kubernetes")
 
@@ -344,7 +346,7 @@ def test_percentile_and_microbench() -> None:
 
 
 def _children(pid: int) -> list[int]:
-    from keyqueue.lab.pipeline import _child_pids
+    from keyqueue.lab.pipeline_apiserver import _child_pids
 
     return _child_pids(pid)
 

@@ -1,6 +1,6 @@
 """Several processes on one Redis queue, at the issue's full size: 4 worker processes x 4 worker threads, 8 producers,
 320,000 adds, a GIL-releasing hold (sleep). No key is ever at two workers at once and nothing is lost, by a detector
-that does not trust the queue (O_EXCL marker files, see keyqueue.redis.race); a plain Redis list (the control) must
+that does not trust the queue (O_EXCL marker files, see keyqueue.lab.race_redis); a plain Redis list (the control) must
 show violations under the same detector. The control runs 16,000 adds: its one BLPOP per add makes it ~20x slower
 per add than the real queue (which collapses duplicate adds), and a few thousand adds already show hundreds of
 violations. The lab runs either at any size: ``keyqueue-lab race --backend redis --processes 4 [--control]``."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from keyqueue.redis.race import run_redis_race
+from keyqueue.lab.race_redis import run_redis_race
 
 SIZE = {"processes": 4, "workers": 4, "producers": 8, "keys": 64, "hold": 100e-6}
 

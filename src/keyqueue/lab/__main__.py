@@ -1,4 +1,5 @@
-"""``keyqueue-lab`` / ``python -m keyqueue.lab``: dispatch to a subcommand (``run`` when none is given)."""
+"""``keyqueue-lab`` / ``python -m keyqueue.lab``: dispatch to a subcommand (``run`` when none is given), after checking
+that its output paths (``--json``, ``--plot``) can be written."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import argparse
 import importlib.metadata
 import os
 import sys
+from pathlib import Path
 
 from keyqueue.lab.commands import COMMANDS, DEFAULT_COMMAND, CommandUnavailable
-from keyqueue.lab.common import EXIT_INTERRUPTED, check_output_paths
+from keyqueue.lab.common import EXIT_INTERRUPTED
+from keyqueue.lab.plot import PlotUnavailable, plot_formats
 
 __all__ = ["main"]
 
@@ -41,6 +44,48 @@ def _version() -> str:
         import keyqueue
 
         return keyqueue.__version__
+
+
+def _check_writable(option: str, path: str) -> str | None:
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path}: is a directory; give a file name"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.exists():
+        return f"{option} {path}: the directory {str(parent)!r} does not exist"
+    if not parent.is_dir():
+        return f"{option} {path}: {str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        return f"{option} {path}: not writable"
+    return None
+
+
+def _check_output_paths(args: argparse.Namespace) -> str | None:
+    """Check the run's output options before it starts: ``--json PATH`` (``-`` is stdout) and ``--plot FILE``.
+
+    Returns a one-line message for the first problem (a missing or non-writable directory, a path that is a
+    directory, a plot format matplotlib cannot write, matplotlib missing), or ``None`` when every path can be
+    written. Creates nothing.
+    """
+    json_path = getattr(args, "json", None)
+    if json_path is not None and json_path != "-":
+        problem = _check_writable("--json", json_path)
+        if problem is not None:
+            return problem
+    plot_path = getattr(args, "plot", None)
+    if plot_path is not None:
+        problem = _check_writable("--plot", plot_path)
+        if problem is not None:
+            return problem
+        try:
+            formats = plot_formats()
+        except PlotUnavailable as exc:
+            return str(exc)
+        suffix = Path(plot_path).suffix.lstrip(".").lower()
+        if suffix not in formats:
+            shown = f"'.{suffix}' is not" if suffix else "a file name without an extension is not"
+            return f"--plot {plot_path}: {shown} a format matplotlib can write; use one of: {', '.join(formats)}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded.add_arguments(parser)
     try:
         namespace = parser.parse_args(rest)
-        problem = check_output_paths(namespace)
+        problem = _check_output_paths(namespace)
         if problem is not None:
             print(f"{_PROG} {name}: {problem}", file=sys.stderr)
             return 2

@@ -7,7 +7,8 @@
    lets 100 through at once and spaces the rest 100 ms apart. The run measures when the retries really come
    back (on the real clock by default) and reports their rate after the burst.
 
-Every delay shown comes from :func:`keyqueue.default_controller_rate_limiter` itself.
+Every delay shown comes from :func:`keyqueue.default_controller_rate_limiter` itself. ``--plot`` draws the curve
+and the herd's returns (:func:`backoff_figure`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from keyqueue.lab.common import (
     parse_duration,
     write_json,
 )
+from keyqueue.lab.plot import PlotUnavailable, pyplot, require_matplotlib
 from keyqueue.ratelimit import BucketRateLimiter, default_controller_rate_limiter
 from keyqueue.threaded import RateLimitingQueue
 
-__all__ = ["BackoffResult", "add_arguments", "measure_herd", "run", "run_backoff"]
+__all__ = ["BackoffResult", "add_arguments", "backoff_figure", "herd_reference", "measure_herd", "plot_backoff", "run",
+           "run_backoff"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,62 @@ def format_herd(h: HerdResult) -> str:
     return "\n".join(lines)
 
 
+def herd_reference(keys: int, qps: float, burst: int, window: float) -> tuple[list[float], list[float]]:
+    """What the bucket allows a herd of ``keys`` over ``window`` seconds: ``burst`` at once, then ``qps`` per
+    second, never more than ``keys`` in all. Returns the polyline's (times, counts)."""
+    first = float(min(burst, keys))
+    if qps <= 0 or first >= keys:
+        return [0.0, window], [first, first]
+    full = (keys - first) / qps  # when the last key is allowed back
+    if full >= window:
+        return [0.0, window], [first, first + qps * window]
+    return [0.0, full, window], [first, float(keys), float(keys)]
+
+
+def plot_backoff(result: BackoffResult, path: str) -> None:
+    """The per-key backoff curve (log scale) and the herd's retries coming back over time → ``path``."""
+    plt = pyplot()
+    fig = backoff_figure(result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def backoff_figure(result: BackoffResult) -> Any:
+    """The figure :func:`plot_backoff` saves (a matplotlib ``Figure``; the caller closes it)."""
+    plt = pyplot()
+    herd = result.herd
+    fig, axes = plt.subplots(1, 2 if herd is not None else 1, figsize=(11 if herd is not None else 6, 4.5))
+    curve = axes[0] if herd is not None else axes
+    attempts = list(range(1, len(result.delays) + 1))
+    curve.plot(attempts, result.delays, marker="o", color="tab:purple", label="delay")
+    curve.axhline(result.max_delay, color="grey", linestyle=":", label=f"cap {result.max_delay:g}s")
+    curve.set_yscale("log")
+    curve.set_xticks(attempts[::2] if len(attempts) > 10 else attempts)
+    curve.set_xlabel("consecutive failures of one key")
+    curve.set_ylabel("delay before re-add (s)")
+    curve.set_title("per-key exponential backoff (5ms · 2^(n-1))")
+    curve.legend(fontsize="small")
+    curve.grid(True, which="both", alpha=0.3)
+    if herd is not None:
+        ax = axes[1]
+        times = herd.arrivals_s
+        # The measured steps follow the bucket's line closely: the reference is drawn wide and pale underneath,
+        # so that both can be seen, and it stops at the number of keys in the herd.
+        ideal_t, ideal = herd_reference(herd.keys, herd.bucket_qps, herd.bucket_burst, herd.window_s)
+        ax.plot(ideal_t, ideal, color="tab:orange", linewidth=5, alpha=0.5, zorder=2,
+                label=f"bucket allows: burst {herd.bucket_burst} + {herd.bucket_qps:g}/s, at most {herd.keys} keys")
+        ax.step(times, list(range(1, len(times) + 1)), where="post", color="tab:blue", linewidth=1.5, zorder=3,
+                label="retries back (measured)")
+        ax.set_xlabel(f"seconds after {herd.keys} keys failed at once ({herd.clock} clock)")
+        ax.set_ylabel("retries handed out")
+        ax.set_title(f"thundering herd: {herd.retry_rate:.2f} retries/s after the burst")
+        ax.set_ylim(bottom=0, top=max(ideal[-1], len(times), 1) * 1.08)
+        ax.legend(fontsize="small", loc="lower right")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attempts", type=int, default=20, help="rows of the per-key table (default 20)")
     parser.add_argument("--herd-keys", type=int, default=1000, help="keys failing at once (default 1000; 0: skip)")
@@ -252,8 +311,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     out = human_stream(args)
     if args.plot is not None:
-        from keyqueue.lab.plot import PlotUnavailable, require_matplotlib
-
         try:
             require_matplotlib()
         except PlotUnavailable as exc:
@@ -281,8 +338,6 @@ def run(args: argparse.Namespace) -> int:
         print(format_herd(herd), file=out)
     print(f"\n(elapsed {format_duration(time.monotonic() - started)})", file=out, flush=True)
     if args.plot is not None:
-        from keyqueue.lab.plot import plot_backoff
-
         plot_backoff(result, args.plot)
         print(f"plot written to {args.plot}", file=out, flush=True)
     write_json(args.json, result.summary())

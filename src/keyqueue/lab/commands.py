@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from keyqueue.lab.common import install_line
+
 __all__ = ["COMMANDS", "DEFAULT_COMMAND", "Command", "CommandUnavailable", "LoadedCommand", "register"]
 
 
@@ -52,8 +54,6 @@ class Command:
                     f"the '{self.name}' subcommand is not available in this installation: "
                     f"its module {self.module} does not exist yet"
                 ) from exc
-            from keyqueue.lab.common import install_line
-
             raise CommandUnavailable(
                 f"the '{self.name}' subcommand needs the Python package '{missing}', which is not installed "
                 f"(module {self.module} imports it); install everything the lab needs with: {install_line('lab')}"
@@ -80,7 +80,7 @@ def register(command: Command) -> None:
 
 
 for _command in (
-    Command("run", "keyqueue.lab.firehose", "the firehose: a generator floods a few keys, workers drain them "
+    Command("run", "keyqueue.lab.firehose_cli", "the firehose: a generator floods a few keys, workers drain them "
             "(default; --slow-motion to watch one key)"),
     Command("dedup", "keyqueue.lab.dedup", "100,000 adds of one key → one entry; adds to a held key → one redelivery"),
     Command("race", "keyqueue.lab.race", "same-key concurrency detector on keyqueue (and on a plain queue with "
@@ -95,7 +95,7 @@ for _command in (
         "keyqueue.apiserver.cli",
         "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces) on etcd, not kube-apiserver",
     ),
-    Command("pipeline", "keyqueue.lab.pipeline", "API write → watch → informer → queue → worker, timed per stage"),
+    Command("pipeline", "keyqueue.lab.pipeline_cli", "API write → watch → informer → queue → worker, timed per stage"),
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
     Command("explain", "keyqueue.lab.explain", "what every counter the lab prints means, and its Prometheus "
             "series"),

@@ -17,7 +17,6 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "MAX_THREADS",
     "add_json_argument",
-    "check_output_paths",
     "check_size",
     "format_count",
     "format_duration",
@@ -25,7 +24,6 @@ __all__ = [
     "human_stream",
     "install_line",
     "parse_duration",
-    "plot_formats",
     "write_json",
 ]
 
@@ -116,60 +114,6 @@ def check_size(option: str, value: object, low: int, high: int) -> None:
         raise ValueError(f"{option} must be an integer, got {type(value).__name__}: {value!r}")
     if not low <= value <= high:
         raise ValueError(f"{option} must be within {low:,}..{high:,}, got {value:,}")
-
-
-def _check_writable(option: str, path: str) -> str | None:
-    target = Path(path)
-    if target.is_dir():
-        return f"{option} {path}: is a directory; give a file name"
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.exists():
-        return f"{option} {path}: the directory {str(parent)!r} does not exist"
-    if not parent.is_dir():
-        return f"{option} {path}: {str(parent)!r} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        return f"{option} {path}: not writable"
-    return None
-
-
-def plot_formats() -> list[str]:
-    """The file extensions matplotlib can write (raises the plot module's ``PlotUnavailable`` without it)."""
-    from keyqueue.lab.plot import require_matplotlib
-
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
-    return sorted(Figure().canvas.get_supported_filetypes())
-
-
-def check_output_paths(args: argparse.Namespace) -> str | None:
-    """Check the run's output options before it starts: ``--json PATH`` (``-`` is stdout) and ``--plot FILE``.
-
-    Returns a one-line message for the first problem (a missing or non-writable directory, a path that is a
-    directory, a plot format matplotlib cannot write, matplotlib missing), or ``None`` when every path can be
-    written. Creates nothing.
-    """
-    json_path = getattr(args, "json", None)
-    if json_path is not None and json_path != "-":
-        problem = _check_writable("--json", json_path)
-        if problem is not None:
-            return problem
-    plot_path = getattr(args, "plot", None)
-    if plot_path is not None:
-        from keyqueue.lab.plot import PlotUnavailable
-
-        problem = _check_writable("--plot", plot_path)
-        if problem is not None:
-            return problem
-        try:
-            formats = plot_formats()
-        except PlotUnavailable as exc:
-            return str(exc)
-        suffix = Path(plot_path).suffix.lstrip(".").lower()
-        if suffix not in formats:
-            shown = f"'.{suffix}' is not" if suffix else "a file name without an extension is not"
-            return f"--plot {plot_path}: {shown} a format matplotlib can write; use one of: {', '.join(formats)}"
-    return None
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

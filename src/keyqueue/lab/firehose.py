@@ -1,52 +1,34 @@
-"""``keyqueue-lab run``: the firehose. A generator floods a few keys; workers drain them; the queue absorbs.
+"""The firehose (``keyqueue-lab run``): a generator floods a few keys; workers drain them; the queue absorbs.
 
-A generator thread adds ``--rate`` adds per second, round-robin over ``--keys`` keys named ``default/obj-N``, into a
-:class:`~keyqueue.RateLimitingQueue` with the default controller limiter. ``--workers`` threads take keys, hold
-each for ``--work`` (a ``time.sleep``, so the GIL is free meanwhile), fail with probability ``--fail`` (then
+A generator thread adds ``rate`` adds per second, round-robin over ``keys`` keys named ``default/obj-N``, into a
+:class:`~keyqueue.RateLimitingQueue` with the default controller limiter. ``workers`` threads take keys, hold
+each for ``work`` (a ``time.sleep``, so the GIL is free meanwhile), fail with probability ``fail`` (then
 ``add_rate_limited``, else ``forget``) and always ``done``.
 
 Every number comes from the queue's own decisions: the queue is built with ``stats=True`` and counts what each
-add did; the event log prints the :class:`~keyqueue.AddResult` each add returned and what ``done`` returned. The
-generator paces itself against a monotonic schedule in batches (every ~1 ms it makes the adds owed so far), and
-the run reports the rate it really delivered.
+add did; the event log (:mod:`keyqueue.lab.firehose_log`) prints the :class:`~keyqueue.AddResult` each add returned
+and what ``done`` returned. The generator paces itself against a monotonic schedule in batches (every ~1 ms it makes
+the adds owed so far), and the run reports the rate it really delivered.
 
-Log levels: by default one processing cycle of each followed key (``--follow``, default ``default/obj-0`` and
-``default/obj-1``) is traced per ``--follow-every`` (default 1 s), with runs of no-op adds folded into one line;
-``--verbose`` prints every event of every key; ``--quiet`` prints only the ``[STATS]`` lines. ``--slow-motion``
-runs at a walking pace, holds ``default/obj-0`` for 300 ms each time and prints every event.
+The command line is :mod:`keyqueue.lab.firehose_cli`; what it shows (live view, summary, picture) is
+:mod:`keyqueue.lab.firehose_view`.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
 import math
-import queue as stdlib_queue
 import random
-import shutil
-import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
-from typing import Any, TextIO
+from typing import Any
 
-from keyqueue._core import AddResult, QueueSnapshot, QueueStats
+from keyqueue._core import QueueSnapshot, QueueStats
 from keyqueue.errors import ShutDown
-from keyqueue.lab.common import (
-    EXIT_INTERRUPTED,
-    MAX_THREADS,
-    add_json_argument,
-    check_size,
-    format_count,
-    format_duration,
-    format_percent,
-    human_stream,
-    parse_duration,
-    write_json,
-)
-from keyqueue.lab.funnel import FunnelRates, funnel_line, funnel_text
+from keyqueue.lab.common import MAX_THREADS, check_size, format_count, format_duration, format_percent
+from keyqueue.lab.firehose_log import EventLog
+from keyqueue.lab.funnel import FunnelRates, funnel_line
 from keyqueue.lab.race import SameKeyDetector
 from keyqueue.ratelimit import (
     BucketRateLimiter,
@@ -61,19 +43,16 @@ __all__ = [
     "FirehoseConfig",
     "FirehoseResult",
     "Sample",
-    "add_arguments",
     "key_names",
     "measure_generator_rate",
-    "run",
     "run_firehose",
     "slow_motion_config",
+    "stats_line",
 ]
 
 DEFAULT_FOLLOW = ("default/obj-0", "default/obj-1")
 MAX_KEYS = 1_000_000  #: the most distinct keys a run may ask for
 _MAX_BATCH = 1000  #: the most adds the generator makes between two looks at the clock and the stop flag
-
-_QUEUED, _DEDUP, _MARKED, _DROPPED = AddResult.QUEUED, AddResult.DEDUP, AddResult.MARKED, AddResult.DROPPED
 
 
 def key_names(n: int) -> list[str]:
@@ -264,193 +243,12 @@ class _RecordingLimiter(RateLimiter[Hashable]):
         return self.inner.num_requeues(item)
 
 
-
 def _part_name(limiter: RateLimiter[Hashable]) -> str:
     if isinstance(limiter, ItemExponentialFailureRateLimiter):
         return "per-key"
     if isinstance(limiter, BucketRateLimiter):
         return f"bucket({limiter.qps:g}/s)"
     return type(limiter).__name__
-
-
-# -- the event log ------------------------------------------------------------------------------------------
-
-_STOP = object()
-
-
-class EventLog:
-    """Formats events and writes them from one thread, in the order they were emitted.
-
-    Threads call :meth:`emit` with small tuples (cheap; no formatting, no I/O on the caller's thread):
-
-    * ``("add", key, AddResult)`` — a generator add and what the queue did with it
-    * ``("get", key, worker, seq)`` — a worker took ``key``; ``seq`` counts hand-outs of that key
-    * ``("rl", key, worker, attempt, delay, parts)`` — a failed reconcile went to ``add_rate_limited``; ``parts``
-      says what each part of the limiter answered (``" = max(per-key 5ms, bucket(10/s) 59.84s)"``, or empty)
-    * ``("done", key, worker, seq, ok, redelivered, failures_forgotten)``
-    * ``("line", text)`` — a ready line ([STATS] and the like)
-
-    ``mode="all"`` prints every event. ``mode="follow"`` traces one processing cycle (from a ``Get`` to the next
-    ``Get`` of the same key, normally seq+1) of each key every ``follow_every`` seconds (0: every cycle), and folds
-    each run of no-op adds into one line. ``mode="none"`` prints only ``line`` events.
-    """
-
-    def __init__(self, write: Callable[[str], None], mode: str = "all", follow_every: float = 1.0) -> None:
-        self._write = write
-        self._mode = mode
-        self._every = follow_every
-        self._q: stdlib_queue.SimpleQueue[Any] = stdlib_queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="lab-event-log", daemon=True)
-        self.emit: Callable[[Any], None] = self._q.put
-        # Printer-thread state
-        self._phase: dict[Hashable, str] = {}  # "waiting" | "held" | "marked"
-        self._holder: dict[Hashable, int] = {}
-        self._tracing: set[Hashable] = set()
-        self._trace_started: dict[Hashable, float] = {}
-        self._folded: dict[Hashable, int] = {}  # no-op adds not printed yet, per key
-        self.lines_written = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self, timeout: float | None = None) -> None:
-        """Write what is pending, then stop the thread. Blocks until everything emitted so far is written (at most
-        ``timeout`` seconds; ``None``, the default: however long the writes take — a ``--verbose`` run on a slow
-        terminal can trail the queue by seconds, and the summary must not overtake or truncate its log)."""
-        self._q.put(_STOP)
-        self._thread.join(timeout)
-
-    def line(self, text: str) -> None:
-        self._q.put(("line", text))
-
-    # printer thread
-
-    def _loop(self) -> None:
-        get, get_nowait = self._q.get, self._q.get_nowait
-        while True:
-            batch = [get()]
-            while len(batch) < 2000:
-                try:
-                    batch.append(get_nowait())
-                except stdlib_queue.Empty:
-                    break
-            out: list[str] = []
-            stop = False
-            for event in batch:
-                if event is _STOP:
-                    stop = True
-                    break
-                self._handle(event, out)
-            if stop:
-                for key in list(self._folded):
-                    self._flush_folded(key, out)
-            if out:
-                self.lines_written += len(out)
-                self._write("\n".join(out))
-            if stop:
-                return
-
-    def _flush_folded(self, key: Hashable, out: list[str]) -> None:
-        n = self._folded.pop(key, 0)
-        if n:
-            out.append(f"[DEDUP] key={key} … {format_count(n)} more adds, each a no-op the same way")
-
-    def _handle(self, event: tuple[Any, ...], out: list[str]) -> None:
-        kind = event[0]
-        if kind == "line":
-            out.append(event[1])
-            return
-        key = event[1]
-        mode = self._mode
-        if kind == "get":
-            # "marked" here means a generator add marked the key between the worker's get() and this event (the
-            # worker emits after get() returns): the key is held *and* marked. Otherwise it is now simply held.
-            if self._phase.get(key) != "marked":
-                self._phase[key] = "held"
-            self._holder[key] = event[2]
-            if mode == "all":
-                out.append(f"[WORKER-{event[2]}] key={key} Get seq={event[3]}")
-            elif mode == "follow":
-                self._flush_folded(key, out)
-                printed = False
-                if key in self._tracing:  # the cycle is complete: show the next hand-out and stop
-                    out.append(f"[WORKER-{event[2]}] key={key} Get seq={event[3]}")
-                    printed = True
-                    self._tracing.discard(key)
-                now = time.monotonic()
-                if now - self._trace_started.get(key, -math.inf) >= self._every:
-                    self._trace_started[key] = now
-                    self._tracing.add(key)
-                    if not printed:
-                        out.append(f"[WORKER-{event[2]}] key={key} Get seq={event[3]}")
-            return
-        shown = mode == "all" or (mode == "follow" and key in self._tracing)
-        if kind == "add":
-            result = event[2]
-            phase = self._phase.get(key, "absent")
-            if result == _DEDUP:
-                if shown:
-                    if mode == "follow" and key in self._folded:
-                        self._folded[key] += 1
-                        return
-                    out.append(f"[ENQUEUE] key={key} (generator)")
-                    if phase == "marked":
-                        why = "already marked for redelivery — the add is a no-op"
-                    elif phase == "waiting":
-                        why = "already waiting in the FIFO — the add is a no-op"
-                    elif phase == "held":  # an add the log did not see (a retry that fired) marked it
-                        why = "already marked for redelivery (by a retry that fired) — the add is a no-op"
-                    else:  # a retry that fired queued it
-                        why = "already waiting in the FIFO (a retry fired) — the add is a no-op"
-                    out.append(f"[DEDUP] key={key} {why}")
-                    if mode == "follow":
-                        self._folded[key] = 0
-                return
-            if mode == "follow":
-                self._flush_folded(key, out)
-            if result == _MARKED:
-                # Normally the holder's Get was logged already. If not, a worker has taken the key but its Get
-                # event is still on its way (the worker emits it after get() returns): do not name a stale holder.
-                holder = f"WORKER-{self._holder.get(key, '?')}" if phase == "held" else "a worker (its Get follows)"
-                self._phase[key] = "marked"
-                if shown:
-                    out.append(f"[ENQUEUE] key={key} (generator)")
-                    out.append(
-                        f"[REQUEUE-WHILE-PROCESSING] key={key} {holder} holds it — "
-                        "marked dirty; done() will queue it once more"
-                    )
-            elif result == _QUEUED:
-                self._phase[key] = "waiting"
-                if shown:
-                    out.append(f"[ENQUEUE] key={key} (generator) → joined the FIFO")
-            elif shown:
-                out.append(f"[ENQUEUE] key={key} (generator) → dropped: the queue is shutting down")
-            return
-        if mode == "follow":
-            self._flush_folded(key, out)
-        if kind == "rl":
-            if shown:
-                _, _, wid, attempt, delay, parts = event
-                out.append(f"[RATELIMIT] key={key} attempt={attempt} backoff={format_duration(delay)}{parts}")
-        elif kind == "done":
-            _, _, wid, seq, ok, redelivered, forgotten = event
-            self._phase[key] = "waiting" if redelivered else "absent"
-            if shown:
-                if ok:
-                    tail = "Forget"
-                    if forgotten:
-                        tail += f" (backoff reset: {forgotten} failure{'s' if forgotten != 1 else ''} forgotten)"
-                else:
-                    tail = "AddRateLimited"
-                out.append(f"[WORKER-{wid}] key={key} Done seq={seq} result={'OK' if ok else 'ERR'} → {tail}")
-                if redelivered:
-                    out.append(
-                        f"[REDELIVERY] key={key} was added while WORKER-{wid} held it → done() put it back in "
-                        "the FIFO (once)"
-                    )
-
-
-# -- the run -----------------------------------------------------------------------------------------------
 
 
 def stats_line(sample: Sample, label: str) -> str:
@@ -701,299 +499,3 @@ def run_firehose(
         log.close()
     return result
 
-
-# -- text ----------------------------------------------------------------------------------------------------
-
-
-def format_summary(r: FirehoseResult) -> str:
-    c, s = r.config, r.stats
-    final = Sample(r.generator_elapsed_s, r.enqueued, s, r.queue_len, r.rate_limited)
-    asked = c.rate * c.duration
-    per_handout = f"{r.enqueued / s.gets:.1f} generator adds per hand-out" if s.gets else "no hand-out yet"
-    lines = [
-        stats_line(final, "final"),
-        f"generator: asked for {format_count(c.rate)} adds/s for {format_duration(c.duration)} "
-        f"({format_count(asked)} adds); delivered {format_count(r.enqueued)} adds in "
-        f"{format_duration(r.generator_elapsed_s)} = {format_count(r.delivered_rate)} adds/s "
-        f"({format_percent(r.delivered_rate / c.rate)} of the requested rate)"
-        + (" — interrupted" if r.interrupted else ""),
-        f"funnel: {format_count(s.adds)} adds reached the queue ({format_count(s.fired)} of them fired retries); "
-        f"{format_count(s.queued)} joined the FIFO, {format_count(s.deduplicated)} were no-ops, "
-        f"{format_count(s.marked)} marked a held key, {format_count(s.redelivered)} redeliveries",
-        f"workers: {format_count(s.gets)} hand-outs to {c.workers} workers ({per_handout}), "
-        f"{format_count(r.rate_limited)} failures sent to add_rate_limited; a key was started while "
-        f"another worker held it {r.violations} times (must be 0); at most {r.max_in_flight} keys in flight",
-        f"queue.Len when the generator stopped: {r.queue_len} (of {c.keys} keys) — it tracks distinct hot keys, "
-        "not the event count; retries still scheduled at the end were dropped by the shutdown",
-    ]
-    return "\n".join(lines)
-
-
-class _Plain:
-    """Writes lines to a text stream (no live view). On a terminal, lines longer than its width are wrapped at
-    word boundaries (continuations indented), so that the terminal never breaks a word; elsewhere (a file, a
-    pipe) every line stays whole."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.width = shutil.get_terminal_size().columns if stream.isatty() else 0
-
-    def write(self, text: str) -> None:
-        if self.width > 20:
-            text = "\n".join(
-                textwrap.fill(line, self.width - 1, subsequent_indent="    ", break_long_words=False,
-                              break_on_hyphens=False) if len(line) >= self.width else line
-                for line in text.split("\n")
-            )
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-
-def _live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[str], None], Callable[[Sample], None]]:
-    """A rich live view: a progress bar through the duration and the current counters; log lines scroll above."""
-    from rich.console import Console, Group
-    from rich.live import Live
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console(file=stream)
-    latest: list[Sample] = []
-    history: collections.deque[Sample] = collections.deque()
-
-    def render() -> Any:
-        sample = latest[-1] if latest else None
-        t = sample.t if sample is not None else 0.0
-        bar = Table.grid(padding=(0, 1))
-        bar.add_row(Text("firehose", style="bold"), ProgressBar(total=config.duration or 1.0,
-                                                               completed=min(t, config.duration), width=40),
-                    Text(f"{format_duration(t)} / {format_duration(config.duration)}"))
-        if sample is None:
-            return bar
-        s = sample.stats
-        absorbed = (s.deduplicated + s.marked) / s.adds if s.adds else 0.0
-        earlier = next((h for h in history if sample.t - h.t <= 1.0 + 1e-6), history[0]) if history else sample
-        funnel = Text(funnel_text(sample.funnel, sample.rates_since(earlier), workers=config.workers)
-                      if sample.funnel is not None else "")
-        grid = Table.grid(padding=(0, 2))
-        for _ in range(4):
-            grid.add_column(justify="right")
-        grid.add_row("enqueued", format_count(sample.enqueued), "adds/s", format_count(sample.enqueued / t if t else 0))
-        grid.add_row("adds-total", format_count(s.adds), "dedup-noop", format_count(s.deduplicated))
-        grid.add_row("rwp-marked", format_count(s.marked), "processed", format_count(s.dones))
-        grid.add_row("rate-limited", format_count(sample.rate_limited), "adds-absorbed", format_percent(absorbed, 2))
-        grid.add_row("queue.Len", str(sample.queue_len), "redelivered", format_count(s.redelivered))
-        return Group(bar, Text("the funnel, over the last second:", style="bold"), funnel, grid)
-
-    live = Live(get_renderable=render, console=console, refresh_per_second=4, transient=False)
-
-    def write(text: str) -> None:
-        console.print(Text(text))  # wrapped at word boundaries to the terminal's width
-
-    def on_sample(sample: Sample) -> None:
-        history.append(sample)
-        while len(history) > 2 and sample.t - history[0].t > 1.5:
-            history.popleft()
-        latest[:] = [sample]
-
-    return live, write, on_sample
-
-
-# -- CLI -----------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = FirehoseConfig()
-    parser.add_argument("--rate", type=float, default=None,
-                        help=f"generator adds per second (default {d.rate:.0f}; slow motion 2)")
-    parser.add_argument("--keys", type=int, default=None, help=f"distinct keys (default {d.keys}; slow motion 2)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help=f"worker threads (default {d.workers}; slow motion 2)")
-    parser.add_argument("--work", type=parse_duration, default=None,
-                        help="how long a worker holds a key (default 5ms)")
-    parser.add_argument("--fail", type=float, default=None,
-                        help=f"probability that a reconcile fails (default {d.fail})")
-    parser.add_argument("--duration", type=parse_duration, default=None,
-                        help="how long the generator runs (default 10s, also in slow motion)")
-    parser.add_argument("--slow-motion", action="store_true",
-                        help="walking pace: 2 adds/s on 2 keys for 10s, default/obj-0 held 2.5s, every event "
-                             "logged (about 6 lines/s)")
-    parser.add_argument("--hold", type=parse_duration, default=None,
-                        help="slow motion: how long default/obj-0 is held (default 2.5s)")
-    parser.add_argument("--follow", action="append", metavar="KEY", default=None,
-                        help="trace this key in the log (repeatable; default default/obj-0 and default/obj-1)")
-    parser.add_argument("--follow-every", type=parse_duration, default=1.0,
-                        help="trace one processing cycle of each followed key per this interval (default 1s; "
-                             "0 = every cycle)")
-    level = parser.add_mutually_exclusive_group()
-    level.add_argument("--verbose", "-v", action="store_true", help="log every event of every key")
-    level.add_argument("--quiet", "-q", action="store_true", help="print only the [STATS] lines and the summary")
-    parser.add_argument("--plain", action="store_true", help="no live view, plain lines even on a terminal")
-    parser.add_argument("--seed", type=int, default=None, help="seed for the workers' failures")
-    parser.add_argument("--plot", metavar="FILE.png", default=None,
-                        help="draw adds/s, processed/s and queue length over time (needs matplotlib: keyqueue[plot])")
-    parser.add_argument("--backend", choices=("memory", "redis"), default="memory",
-                        help="memory: keyqueue.RateLimitingQueue (default); redis: keyqueue.redis.RateLimitingQueue")
-    parser.add_argument("--redis-url", default=None,
-                        help="with --backend redis: an existing Redis (default $KEYQUEUE_REDIS_URL, else a fresh "
-                             "redis-server)")
-    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="serve the queue's Prometheus metrics on this port during the run (if available)")
-    add_json_argument(parser)
-
-
-def config_from_args(args: argparse.Namespace) -> FirehoseConfig:
-    """Build the run's config from parsed options (slow motion changes the defaults, explicit options win)."""
-    given = {name: getattr(args, name) for name in ("rate", "keys", "workers", "work", "fail", "duration")
-             if getattr(args, name) is not None}
-    if args.hold is not None:
-        given["slow_hold"] = args.hold
-    if args.follow:
-        given["follow"] = tuple(args.follow)
-    given["follow_every"] = args.follow_every
-    given["seed"] = args.seed
-    if args.quiet:
-        given["log"] = "none"
-    elif args.verbose:
-        given["log"] = "all"
-    if args.slow_motion:
-        return slow_motion_config(**given)
-    return FirehoseConfig(**given)
-
-
-def _start_metrics(port: int, out: TextIO) -> tuple[Any, Any]:
-    """A Prometheus provider on a private registry and a ``/metrics`` server for it, or (None, None) with a
-    message when the metrics extra is missing or the port cannot be bound (the run goes on without metrics)."""
-    try:
-        from prometheus_client import CollectorRegistry
-
-        from keyqueue.metrics import PrometheusMetricsProvider, serve
-    except ImportError as exc:
-        print(f"run: --metrics-port: metrics are not available ({exc}); running without them", file=out)
-        return None, None
-    try:
-        provider = PrometheusMetricsProvider(CollectorRegistry())
-        server = serve(port, registry=provider.registry)
-    except (OSError, ValueError) as exc:
-        print(f"run: --metrics-port: could not serve metrics on port {port}: {exc}", file=out)
-        return None, None
-    print(f"run: the queue's metrics (name 'lab') are served at {server.url} during the run", file=out)
-    return provider, server
-
-
-def run(args: argparse.Namespace) -> int:
-    """Exit status 0 after a run in which no key reached two workers at once; 1 otherwise; 2 for bad options
-    (including a ``--rate`` beyond the generator's measured maximum); 130 if Ctrl-C cut the run short (after the
-    summary of what ran)."""
-    out = human_stream(args)
-    try:
-        config = config_from_args(args)
-        config.validate()
-    except (ValueError, TypeError) as exc:
-        print(f"run: {exc}", file=out)
-        return 2
-    if config.rate > _RATE_CHECKED_ABOVE:
-        ceiling = measure_generator_rate(config.keys)
-        if config.rate > ceiling:
-            print(f"run: --rate {config.rate:g} adds/s is more than the generator can make here: measured just now, "
-                  f"at most {format_count(ceiling)} adds/s; choose a lower --rate", file=out)
-            return 2
-    if args.plot is not None:
-        from keyqueue.lab.plot import PlotUnavailable, require_matplotlib
-
-        try:
-            require_matplotlib()
-        except PlotUnavailable as exc:
-            print(f"run: {exc}", file=out)
-            return 2
-    provider, server = _start_metrics(args.metrics_port, out) if args.metrics_port is not None else (None, None)
-    mode = {"all": "every event of every key", "none": "only [STATS]",
-            "follow": f"one cycle of {', '.join(config.follow)} every {format_duration(config.follow_every)}"}
-    header = (
-        f"firehose: {format_count(config.rate)} adds/s onto {config.keys} keys for {format_duration(config.duration)}; "
-        f"{config.workers} workers hold each key {format_duration(config.work)}"
-        + (f" ({config.slow_key}: {format_duration(config.slow_hold)})" if config.slow_key else "")
-        + f", fail {format_percent(config.fail, 0)} → add_rate_limited; log: {mode[config.log]}"
-    )
-    live = None
-    on_sample: Callable[[Sample], None] | None = None
-    use_live = not args.plain and out.isatty() and _has_rich()
-    if use_live:
-        live, write, on_sample = _live_view(out, config)
-    else:
-        write = _Plain(out).write
-    write(header)
-    if live is not None:
-        live.start()
-    factory, redis_server = _redis_backend(args, write) if args.backend == "redis" else (None, None)
-    try:
-        result = run_firehose(config, write, on_sample=on_sample, metrics_provider=provider, queue_factory=factory)
-    finally:
-        if live is not None:
-            live.stop()
-        if server is not None:
-            server.close()
-        if factory is not None:
-            factory.cleanup()
-        if redis_server is not None:
-            redis_server.stop()
-    _Plain(out).write(format_summary(result))
-    if args.plot is not None:
-        from keyqueue.lab.plot import plot_run
-
-        plot_run(result, args.plot)
-        _Plain(out).write(f"plot written to {args.plot}")
-    write_json(args.json, result.summary())
-    if result.interrupted:
-        return EXIT_INTERRUPTED
-    return 0 if result.violations == 0 else 1
-
-
-def _redis_backend(args: argparse.Namespace, write: Callable[[str], None]) -> tuple[Any, Any]:
-    """``--backend redis``: a factory for keyqueue.redis.RateLimitingQueue, and the RedisServer it started."""
-    import os
-    import uuid
-
-    from keyqueue.redis import RateLimitingQueue as RedisRateLimitingQueue
-    from keyqueue.redis import RedisServer
-
-    url = args.redis_url or os.environ.get("KEYQUEUE_REDIS_URL")
-    server = None if url else RedisServer().start()
-    url = url or server.url  # type: ignore[union-attr]
-    write(f"backend: keyqueue.redis on {url} (every add, get and done is one Redis round trip)")
-
-    made: list[Any] = []
-
-    class Factory:
-        def __call__(self, limiter: RateLimiter[Hashable]) -> Any:
-            q = RedisRateLimitingQueue(f"lab-{uuid.uuid4().hex[:8]}", url=url, rate_limiter=limiter, stats=True)
-            made.append(q)
-            return q
-
-        def cleanup(self) -> None:  # the queue's state outlives the run in Redis: delete it
-            for q in made:
-                q.delete()
-                q.close()
-
-    return Factory(), server
-
-
-_RATE_CHECKED_ABOVE = 100_000.0  # below this every machine keeps up; above it the CLI measures the generator first
-
-
-def _has_rich() -> bool:
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience for `python -m`
-    parser = argparse.ArgumentParser(prog="keyqueue-lab run")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -57,7 +57,7 @@ def _rate(per_second: float) -> str:
 
 
 def funnel_text(snap: QueueSnapshot, rates: FunnelRates, *, source: str = "generator", workers: int = 0) -> str:
-    """The funnel as a small picture (at most 78 columns): the seed's Add → DIRTY → FIFO → PROCESSING → Done,
+    """The funnel as a small picture (at most 78 columns): the queue's Add → DIRTY → FIFO → PROCESSING → Done,
     with each structure's size now and the rate of every arrow over the last interval."""
     held = f" of {workers} workers" if workers else ""
     lines = [

@@ -32,6 +32,7 @@ from keyqueue.lab.common import (
     parse_duration,
     write_json,
 )
+from keyqueue.lab.race_redis import run_from_args
 from keyqueue.threaded import Queue
 
 __all__ = ["QueueKind", "RaceProgress", "RaceResult", "SameKeyDetector", "add_arguments", "check_race", "run",
@@ -358,7 +359,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the identical harness over stdlib queue.Queue; it must report violations")
     parser.add_argument("--backend", choices=("memory", "redis"), default="memory",
                         help="memory: threads on keyqueue.Queue (default); redis: worker processes on "
-                             "keyqueue.redis.Queue, control = a plain Redis list (see keyqueue.redis.race)")
+                             "keyqueue.redis.Queue, control = a plain Redis list (see keyqueue.lab.race_redis)")
     parser.add_argument("--processes", type=int, default=4,
                         help="with --backend redis: worker processes, each running --workers/--processes threads "
                              "(default 4)")
@@ -373,8 +374,6 @@ def run(args: argparse.Namespace) -> int:
     130 when Ctrl-C cut the run short (after the result of the adds made so far)."""
     out = human_stream(args)
     if args.backend == "redis":
-        from keyqueue.redis.race import run_from_args
-
         return run_from_args(args, out)
 
     def progress(p: RaceProgress) -> None:

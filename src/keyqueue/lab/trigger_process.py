@@ -3,7 +3,7 @@
 In a cluster the writes a controller reacts to come from elsewhere (kubectl, another service), never from the
 controller's own process; in the in-process arrangement the trigger server's event loop is the largest GIL user of
 the pipeline process. Here it runs in ``python -m keyqueue.lab.trigger_process``: the same aiohttp server and the
-same write (:func:`keyqueue.lab.pipeline.write_trigger`), with its own GIL.
+same write (:func:`keyqueue.lab.api_writer.write_trigger`), with its own GIL.
 
 The stage timestamps (``time.perf_counter_ns``, i.e. ``CLOCK_MONOTONIC`` on Linux: one clock for every process of
 the machine, so the child's stamps compare with the pipeline's) stay in the child until the pipeline asks for them
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -29,9 +30,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from typing import Any, Final
 
-from keyqueue._procs import wait_or_kill
+from keyqueue._procs import die_with_parent, wait_or_kill
+from keyqueue.lab.api_writer import ApiWriter, TriggerError, write_trigger
+from keyqueue.lab.trigger_server import TriggerServer, trigger_answer
 
 __all__ = ["TriggerProcess", "TriggerRecord", "main"]
 
@@ -41,9 +45,9 @@ _MAX_RECORDS: Final = 1_000_000  # bound on records held in the child between tw
 
 
 class _ChildTriggers:
-    """The child's side: what :class:`keyqueue.lab.pipeline._TriggerServer` calls for each request."""
+    """The child's side: what :class:`keyqueue.lab.trigger_server.TriggerServer` calls for each request."""
 
-    def __init__(self, writer: Any, namespace: str, run_id: str) -> None:
+    def __init__(self, writer: ApiWriter, namespace: str, run_id: str) -> None:
         self.writer = writer
         self.namespace = namespace
         self.run_id = run_id
@@ -74,8 +78,6 @@ class _ChildTriggers:
         return records
 
     async def trigger_async(self, name: str) -> dict[str, Any]:
-        from keyqueue.lab.pipeline import TriggerError, trigger_answer, write_trigger
-
         t_start = time.perf_counter_ns()
         self.seq += 1  # the loop's thread only
         seq, key = self.seq, f"{self.namespace}/{name}"
@@ -111,17 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes import client
     from kubernetes import config as kube_config
 
-    from keyqueue.lab.pipeline import _ApiWriter, _TriggerServer
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pipeline stops this process in order
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     conf = client.Configuration()
     load: Any = kube_config.load_kube_config
     load(config_file=args.kubeconfig, client_configuration=conf)
-    writer = _ApiWriter(conf)
+    writer = ApiWriter(conf)
     triggers = _ChildTriggers(writer, args.namespace, args.run_id)
-    server = _TriggerServer(triggers, args.port, writer, endpoints=False)
+    server = TriggerServer(triggers, args.port, writer, endpoints=False)
     server.start()
     out_lock = threading.Lock()
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class TriggerProcess:
-    """The pipeline's side: start the child, collect its records, stop it.
+    """The pipeline's side: start the child, send it a trigger, collect its records, stop it.
 
     :meth:`start` returns once the child listens (raises ``RuntimeError`` with its output if it does not within
     ``timeout``). :meth:`collect` returns the records of the triggers the child answered since the last call (it
@@ -181,8 +181,6 @@ class TriggerProcess:
         self.pid = 0
 
     def start(self, timeout: float = 60.0) -> TriggerProcess:
-        from keyqueue._procs import die_with_parent
-
         cmd, preexec = die_with_parent(self._argv)
         self._proc = proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              stderr=subprocess.STDOUT, text=True, preexec_fn=preexec,
@@ -247,6 +245,24 @@ class TriggerProcess:
         with self._cond:
             records, self._records = self._records, []
         return records
+
+    def trigger(self, name: str) -> dict[str, Any]:
+        """One ``POST /trigger/{name}`` to the child, as the load sends it; returns the JSON answer. Raises
+        :class:`~keyqueue.lab.api_writer.TriggerError` with the child's status, or 503 when it did not answer."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("POST", "/trigger/" + urllib.parse.quote(name, safe=""), body=b"",
+                         headers={"Content-Length": "0"})
+            resp = conn.getresponse()
+            body = json.loads(resp.read() or b"{}")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise TriggerError(503, f"the trigger process did not answer: {type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise TriggerError(resp.status, str(body.get("error", body)))
+        result: dict[str, Any] = body
+        return result
 
     def refuse(self, timeout: float = 10.0) -> None:
         """New triggers answer 503 once this returns; those in flight finish."""

@@ -1,4 +1,5 @@
-"""A multi-process same-key race over a Redis queue, with a detector that does not trust the queue.
+"""``keyqueue-lab race --backend redis``: a multi-process same-key race over a Redis queue, with a detector that
+does not trust the queue.
 
 Worker *processes* (each with its own handle and worker threads) take keys and hold each one for a while with a
 GIL-releasing sleep; producer threads add keys as fast as they can. The detector is the kernel: a worker starting
@@ -26,6 +27,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from keyqueue.lab.common import write_json
+
 __all__ = ["RedisRaceResult", "run_redis_race"]
 
 
@@ -52,7 +55,7 @@ class RedisRaceResult:
 
 
 def _worker_process(url: str, name: str, control: bool, workers: int, hold: float, marker_dir: str) -> None:
-    """One worker process (``python -m keyqueue.redis.race worker ...``): says ``ready`` on stdout, works until
+    """One worker process (``python -m keyqueue.lab.race_redis worker ...``): says ``ready`` on stdout, works until
     its stdin closes, then prints its counts as one JSON line."""
     import redis
 
@@ -119,7 +122,7 @@ def _worker_process(url: str, name: str, control: bool, workers: int, hold: floa
 
 def _spawn_worker(url: str, name: str, control: bool, workers: int, hold: float,
                   marker_dir: str) -> subprocess.Popen[str]:
-    args = [sys.executable, "-m", "keyqueue.redis.race", "worker", url, name, "1" if control else "0", str(workers),
+    args = [sys.executable, "-m", "keyqueue.lab.race_redis", "worker", url, name, "1" if control else "0", str(workers),
             repr(hold), marker_dir]
     return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -236,7 +239,6 @@ def run_redis_race(
 def run_from_args(args: Any, out: Any) -> int:
     """``keyqueue-lab race --backend redis``: exit status 0 when the expected outcome held, 1 if not, 2 for bad
     options. ``--workers`` is the total over the ``--processes`` worker processes."""
-    from keyqueue.lab.common import write_json
     from keyqueue.redis import RedisServer
 
     if args.processes < 1 or args.workers < args.processes:
@@ -274,5 +276,5 @@ def run_from_args(args: Any, out: Any) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["worker"] or len(sys.argv) != 8:
-        raise SystemExit("usage: python -m keyqueue.redis.race worker URL NAME CONTROL WORKERS HOLD DIR")
+        raise SystemExit("usage: python -m keyqueue.lab.race_redis worker URL NAME CONTROL WORKERS HOLD DIR")
     _worker_process(sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]), float(sys.argv[6]), sys.argv[7])
