@@ -1,4 +1,4 @@
-"""Several processes on one Redis queue, at the issue's full size: 4 worker processes x 4 worker threads, 8 producers,
+"""Several processes on one Redis queue, at full size: 4 worker processes x 4 worker threads, 8 producers,
 320,000 adds, a GIL-releasing hold (sleep). No key is ever at two workers at once and nothing is lost, by a detector
 that does not trust the queue (O_EXCL marker files, see keyqueue.lab.race_redis); a plain Redis list (the control) must
 show violations under the same detector. The control runs 16,000 adds: its one BLPOP per add makes it ~20x slower
