@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from keyqueue.apiserver.server import _StoragePool
+from keyqueue.apiserver.server.threads import _StoragePool
 
 
 def test_results_errors_and_the_thread_bound() -> None:

@@ -162,7 +162,7 @@ _STR_MAP: Final = {"type": "object", "additionalProperties": {"type": "string", 
 
 
 def _from_spec(spec: Any) -> dict[str, Any]:
-    """The OpenAPI schema of an :mod:`~.objects` field spec (``metadata`` refers to ObjectMeta)."""
+    """The OpenAPI schema of an :mod:`~.objects.schemas` field spec (``metadata`` refers to ObjectMeta)."""
     if isinstance(spec, tuple):
         if spec[0] == "ptr":
             return _from_spec(spec[1])

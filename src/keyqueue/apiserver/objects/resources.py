@@ -1,0 +1,158 @@
+"""The served resources: :class:`ResourceType` and the built-in types.
+
+A type names its resource, kind, group and version, its verbs, and the field selectors it accepts; the registry,
+the routes, discovery and OpenAPI are generic over it.  Also here: the type a renamed version is stored as
+(:func:`stored_type`) and the value a field selector compares (:func:`field_value`), both read from the type alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..custom import CustomSchema
+
+__all__ = [
+    "BUILTINS",
+    "CONFIGMAPS",
+    "CRDS",
+    "EVENTS",
+    "EVENTS_V1",
+    "LEASES",
+    "NAMESPACES",
+    "REVIEWS",
+    "SELF_SUBJECT_ACCESS_REVIEWS",
+    "SELF_SUBJECT_REVIEWS",
+    "SELF_SUBJECT_RULES_REVIEWS",
+    "ResourceType",
+    "field_value",
+    "stored_type",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """A served resource: ``GET /api/v1/[namespaces/NS/]<name>`` for the core group (``group == ""``),
+    ``GET /apis/<group>/<version>/[namespaces/NS/]<name>`` otherwise."""
+
+    name: str
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...]
+    field_selectors: frozenset[str]
+    group: str = ""
+    version: str = "v1"
+    #: The verbs served (``deletecollection`` is added for namespaced types that serve ``delete``).  A type that
+    #: serves only ``create`` is a review: it is answered, never stored (:data:`REVIEWS`).
+    verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+    #: ``(stored field, served field)`` pairs of top-level fields: a type that shares its storage with another
+    #: version (``events.k8s.io/v1`` Events are stored as core ``v1`` Events) is converted on every read and
+    #: write by renaming these fields (:func:`~.codec.to_stored`, :func:`~.codec.from_stored`).
+    renames: tuple[tuple[str, str], ...] = ()
+    #: Field selectors whose value is not at the field's own dotted path: ``(selector, path)``.
+    field_paths: tuple[tuple[str, str], ...] = ()
+    #: For a custom resource (a version of a CustomResourceDefinition): its schema and subresources, which
+    #: decoding, validation, defaults, pruning, the table form and OpenAPI follow instead of a built-in spec.
+    custom: CustomSchema | None = None
+
+    @property
+    def storage_name(self) -> str:
+        """The resource's part of its storage keys: ``configmaps``; ``<group>/<plural>`` for a custom resource
+        (as kube-apiserver lays out CRs: ``/registry/<group>/<plural>/<namespace>/<name>``)."""
+        return f"{self.group}/{self.name}" if self.custom is not None else self.name
+
+    @property
+    def discovery_verbs(self) -> list[str]:
+        """The verbs as discovery lists them (sorted, ``deletecollection`` included where served)."""
+        verbs = set(self.verbs)
+        if self.namespaced and "delete" in verbs:
+            verbs.add("deletecollection")
+        return sorted(verbs)
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` of the objects: ``v1`` or ``<group>/<version>``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified_name(self) -> str:
+        """The resource as error messages name it: ``configmaps``, ``leases.coordination.k8s.io``."""
+        return f"{self.name}.{self.group}" if self.group else self.name
+
+    @property
+    def path_prefix(self) -> str:
+        """The URL prefix of the resource's group version: ``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+_NAME_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
+CONFIGMAPS: Final = ResourceType("configmaps", "configmap", "ConfigMap", True, ("cm",), _NAME_NAMESPACE)
+NAMESPACES: Final = ResourceType(
+    "namespaces", "namespace", "Namespace", False, ("ns",), frozenset({"metadata.name", "status.phase"})
+)
+LEASES: Final = ResourceType("leases", "lease", "Lease", True, (), _NAME_NAMESPACE, "coordination.k8s.io")
+SELF_SUBJECT_ACCESS_REVIEWS: Final = ResourceType(
+    "selfsubjectaccessreviews", "selfsubjectaccessreview", "SelfSubjectAccessReview", False, (), frozenset(),
+    "authorization.k8s.io", verbs=("create",))
+SELF_SUBJECT_RULES_REVIEWS: Final = ResourceType(
+    "selfsubjectrulesreviews", "selfsubjectrulesreview", "SelfSubjectRulesReview", False, (), frozenset(),
+    "authorization.k8s.io", verbs=("create",))
+SELF_SUBJECT_REVIEWS: Final = ResourceType(
+    "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", False, (), frozenset(),
+    "authentication.k8s.io", verbs=("create",))
+_EVENT_RENAMES: Final = (
+    ("involvedObject", "regarding"), ("message", "note"), ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"), ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"), ("reportingComponent", "reportingController"),
+)
+_REFERENCE_FIELDS: Final = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+EVENTS: Final = ResourceType(
+    "events", "event", "Event", True, ("ev",),
+    _NAME_NAMESPACE | {f"involvedObject.{f}" for f in _REFERENCE_FIELDS}
+    | {"reason", "reportingComponent", "source", "type"},
+    field_paths=(("source", "source.component"),),
+)
+#: ``events.k8s.io/v1`` Events: the same objects as core ``v1`` Events (one storage), with renamed fields.
+EVENTS_V1: Final = ResourceType(
+    "events", "event", "Event", True, (),
+    _NAME_NAMESPACE | {f"regarding.{f}" for f in _REFERENCE_FIELDS} | {"reason", "reportingController", "type"},
+    "events.k8s.io", renames=_EVENT_RENAMES,
+)
+CRDS: Final = ResourceType(
+    "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", False, ("crd", "crds"),
+    frozenset({"metadata.name"}), "apiextensions.k8s.io")
+#: Types whose create is answered (computed from the request) and never stored.
+REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
+#: The built-in resource types, in discovery order.  What one server serves is its
+#: :class:`~keyqueue.apiserver.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS)
+
+
+def stored_type(rt: ResourceType) -> ResourceType:
+    """The type whose shape ``rt``'s objects are stored in: ``rt`` itself unless it has
+    :attr:`ResourceType.renames` (then the unrenamed type of the same resource name)."""
+    if not rt.renames:
+        return rt
+    return next(t for t in BUILTINS if t.name == rt.name and t.group != rt.group and not t.renames)
+
+
+def field_value(rt: ResourceType, obj: Mapping[str, Any], selector: str) -> str:
+    """The value a field selector ``selector`` (one of ``rt.field_selectors``) compares: the string at its
+    dotted path (or the path :attr:`ResourceType.field_paths` names), ``""`` if unset."""
+    path = dict(rt.field_paths).get(selector, selector)
+    value: Any = obj
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return ""
+        value = value.get(part)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
