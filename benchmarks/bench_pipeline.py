@@ -63,9 +63,9 @@ TARGETS = (
     ("/trigger p99", "trigger_handler", "p99", 10e-3),
     ("informer → enqueue median", "write_to_informer", "p50", 300e-6),
     ("enqueue → worker Get median (idle worker)", "enqueue_to_get_idle", "p50", 100e-6),
-    ("/trigger p50", "trigger_handler", "p50", 9e-3),
-    ("/trigger p99", "trigger_handler", "p99", 25e-3),
-    ("enqueue → worker Get median", "enqueue_to_get", "p50", 300e-6),
+    ("/trigger p50 (etcd fsync on)", "trigger_handler", "p50", 9e-3),
+    ("/trigger p99 (etcd fsync on)", "trigger_handler", "p99", 25e-3),
+    ("enqueue → worker Get median (all adds)", "enqueue_to_get", "p50", 300e-6),
 )
 FLOOR_TARGETS = (
     ("/trigger p50 at concurrency 1", "trigger_handler", "p50", 1.5e-3),

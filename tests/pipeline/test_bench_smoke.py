@@ -22,7 +22,7 @@ def test_bench_pipeline_smoke(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("/trigger p50", "/trigger p99", "informer → enqueue median", "enqueue → worker Get median",
-                 "enqueue → worker Get median (issue 18)"):
+                 "enqueue → worker Get median (all adds)", "/trigger p50 (etcd fsync on)"):
         assert f"target {name}" in proc.stdout
     assert "trigger loop thread on a core meanwhile" in proc.stdout  # the idle-worker gap, split up
     assert "CPU per trigger in the pipeline's threads:" in proc.stdout
