@@ -1,4 +1,4 @@
-"""Issue 14's "must hold" points for the API server's HTTP layer: nothing a client sends can exhaust the server,
+"""What must hold for the API server's HTTP layer: nothing a client sends can exhaust the server,
 and every client error is a 4xx ``Status``."""
 
 from __future__ import annotations

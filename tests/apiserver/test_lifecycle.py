@@ -430,7 +430,7 @@ def _temp_dirs_of(pid: int) -> list[str]:
 
 @pytest.mark.etcd
 def test_cli_with_stop_on_stdin_eof_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """Issue 14, point 7: SIGTERM while the stdin watcher is blocked in its read exits 0 (it aborted with "Fatal
+    """SIGTERM while the stdin watcher is blocked in its read exits 0 (it aborted with "Fatal
     Python error: _enter_buffered_busy"), and the server's and etcd's temp dirs are gone."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "keyqueue.apiserver", "--stop-on-stdin-eof", "--token",

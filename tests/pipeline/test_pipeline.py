@@ -391,7 +391,7 @@ def _cmdline(pid: int) -> str:
 def test_the_api_server_child_has_its_own_process_group_in_this_session(pipelines: Callable[..., Pipeline]) -> None:
     """A terminal's Ctrl-C (sent to the foreground process group) does not reach the child, which stop() ends after
     the informer; and the child stays in this session, so that on Linux it shares the pipeline's scheduling
-    autogroup (issue 18: in a session of its own, a woken worker waited for the API server's time slices)."""
+    autogroup (in a session of its own, a woken worker waited for the API server's time slices)."""
     p = pipelines(apiserver_process=True)
     child = p.process_ids()["apiserver"]
     assert child != os.getpid()
@@ -460,7 +460,7 @@ def _diagnose(pid: int) -> str:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 @pytest.mark.parametrize("where", ["--load-in-process", "child"])
 def test_sigterm_during_a_built_in_load_stops_in_order_with_one_verdict(tmp_path: Path, where: str) -> None:
-    """Issue 14, point 8: triggers are refused first, the load stops, the pipeline settles, one verdict is printed
+    """Triggers are refused first, the load stops, the pipeline settles, one verdict is printed
     and it is the exit status."""
     import signal
 
@@ -496,7 +496,7 @@ def test_sigterm_during_a_built_in_load_stops_in_order_with_one_verdict(tmp_path
 
 
 def test_trigger_server_refuses_bodies_above_its_limit(pipelines: Callable[..., Pipeline]) -> None:
-    """Issue 14, point 3 for the trigger server: a 100 MiB chunked body gets 413, not 200."""
+    """The trigger server: a 100 MiB chunked body gets 413, not 200."""
     import socket
 
     p = pipelines()
@@ -559,7 +559,7 @@ def test_trigger_writes_over_tls_with_the_kubeconfigs_token(tmp_path: Path) -> N
             p.stop()
 
 
-# -- the trigger server in a child process of its own (issue 18) ------------------------------------------------
+# -- the trigger server in a child process of its own ---------------------------------------------------------
 
 
 @pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
