@@ -223,7 +223,7 @@ def _outcome(call: Callable[[], Any]) -> Any:
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="deliberate: README Semantics 7 — after shut_down() PriorityQueue.get()/get_with_priority() still hand "
+    reason="deliberate (docs/semantics.md, the priority queue): after shut_down() PriorityQueue.get()/get_with_priority() still hand "
     "out the ready keys, then raise ShutDown (one shutdown contract for every queue; lets shut_down_with_drain() "
     "finish the keys already queued); controller-runtime returns shutdown at once",
 )
