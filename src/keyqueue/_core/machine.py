@@ -88,6 +88,9 @@ class QueueCore(Generic[T]):
 
     __slots__ = (
         "_now",
+        "_on_add",
+        "_on_done",
+        "_on_get",
         "_pop",
         "_push",
         "_seq",
@@ -125,6 +128,10 @@ class QueueCore(Generic[T]):
         self.shutting_down = False  #: no add changes anything any more
         self.draining = False  #: a drain was asked for and not cancelled by a plain shutdown
         self.metrics = metrics
+        # The three hooks of every key's round trip, looked up once (None: no metrics).
+        self._on_add = None if metrics is None else metrics.add
+        self._on_get = None if metrics is None else metrics.get
+        self._on_done = None if metrics is None else metrics.done
         self.counts = Counts() if stats else None
         #: What a shell may probe without its lock to answer an add ``DEDUP`` (see the shells): ``dirty``, or an empty
         #: set for a core that must see every add (an ordering with ``touch``, or counting).
@@ -149,8 +156,9 @@ class QueueCore(Generic[T]):
             else:
                 self._push(item)
                 outcome = QUEUED
-            if self.metrics is not None:  # last: a hook that raises leaves the key added
-                self.metrics.add(item, self._now() if at_ns is None else at_ns)
+            on_add = self._on_add
+            if on_add is not None:  # last: a hook that raises leaves the key added
+                on_add(item, self._now() if at_ns is None else at_ns)
         if self.counts is not None:
             self.counts.add(outcome)
         return outcome
@@ -229,8 +237,9 @@ class QueueCore(Generic[T]):
             self._push(item)
             raise
         self.dirty.remove(item)
-        if self.metrics is not None:
-            self.metrics.get(item, self._now())
+        on_get = self._on_get
+        if on_get is not None:
+            on_get(item, self._now())
         if self.counts is not None:
             self.counts.gets += 1
         return item
@@ -247,8 +256,9 @@ class QueueCore(Generic[T]):
             return False
         if requeue:
             self._push(item)
-        if self.metrics is not None:
-            self.metrics.done(item, self._now())
+        on_done = self._on_done
+        if on_done is not None:
+            on_done(item, self._now())
         if self.counts is not None:
             self.counts.dones += 1
             self.counts.redelivered += requeue
@@ -335,8 +345,9 @@ class PriorityCore(QueueCore[T]):
         else:
             self.dirty.add(item)
             self.order.rank(item, priority, not held)
-            if self.metrics is not None:
-                self.metrics.add(item, self._now() if at_ns is None else at_ns)
+            on_add = self._on_add
+            if on_add is not None:
+                on_add(item, self._now() if at_ns is None else at_ns)
         return MARKED if held else QUEUED
 
     def add_after(self, item: T, delay: float, priority: int = 0) -> AddResult:
@@ -422,8 +433,9 @@ class PriorityCore(QueueCore[T]):
             raise
         self.dirty.remove(item)
         self.handed[item] = order.popped_priority
-        if self.metrics is not None:
-            self.metrics.get(item, self._now())
+        on_get = self._on_get
+        if on_get is not None:
+            on_get(item, self._now())
         if self.counts is not None:
             self.counts.gets += 1
         return item
@@ -444,8 +456,9 @@ class PriorityCore(QueueCore[T]):
         del self.handed[item]
         if requeue:
             self.order.append(item)
-        if self.metrics is not None:
-            self.metrics.done(item, self._now())
+        on_done = self._on_done
+        if on_done is not None:
+            on_done(item, self._now())
         if self.counts is not None:
             self.counts.dones += 1
             self.counts.redelivered += requeue

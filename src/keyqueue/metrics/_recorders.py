@@ -263,17 +263,13 @@ class PullRecorder:
 
     def get(self, item: Hashable, t_ns: int) -> None:
         self.started[item] = t_ns
-        t0 = self.added.pop(item, None)
-        if t0 is not None:
-            obs = self.queue_obs
-            obs.append(t_ns - t0)
-            if len(obs) >= FOLD_AT:
-                self.fold()  # both buffers: a done follows a get, so work_obs holds at most FOLD_AT + keys in flight
+        obs = self.queue_obs
+        obs.append(t_ns - self.added.pop(item))  # the core hands out only keys it reported added
+        if len(obs) >= FOLD_AT:
+            self.fold()  # both buffers: a done follows a get, so work_obs holds at most FOLD_AT + keys in flight
 
     def done(self, item: Hashable, t_ns: int) -> None:
-        t0 = self.started.pop(item, None)
-        if t0 is not None:
-            self.work_obs.append(t_ns - t0)
+        self.work_obs.append(t_ns - self.started.pop(item))  # the core calls done only for a key it handed out
 
     def fold(self) -> None:
         """Count the buffered durations into the histograms (the queue's lock held)."""
@@ -314,9 +310,8 @@ def bind_core(recorder: object, promote_due: Callable[[int], object]) -> None:
     its numbers: client-go's background loop adds a delayed key the moment it falls due, so depth and adds count
     it from then on; keyqueue has no such loop, so a scrape fires what is due first (exactly what the next
     ``get()`` or ``len()`` would do). Recorders that are not keyqueue's own are left alone."""
-    target = getattr(recorder, "inner", recorder)  # a priority queue wraps the recorder
-    if isinstance(target, (PullRecorder, PushRecorder)):
-        target.promote_due = promote_due
+    if isinstance(recorder, (PullRecorder, PushRecorder)):
+        recorder.promote_due = promote_due
 
 
 class SharedQueueRecorder(PullRecorder):
@@ -347,6 +342,11 @@ class SharedQueueRecorder(PullRecorder):
             h = self.queue_hist
             h[bucket_index(waited_ns)] += 1
             h[_SUM] += waited_ns
+
+    def done(self, item: Hashable, t_ns: int) -> None:
+        t0 = self.started.pop(item, None)  # the shared state's keys come and go without this handle's core
+        if t0 is not None:
+            self.work_obs.append(t_ns - t0)
 
     def abandon(self, item: Hashable) -> None:
         """Forget ``item``'s processing start without observing a work duration (its lease was lost)."""

@@ -223,9 +223,10 @@ def _outcome(call: Callable[[], Any]) -> Any:
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="deliberate (docs/semantics.md, the priority queue): after shut_down() PriorityQueue.get()/get_with_priority() still hand "
-    "out the ready keys, then raise ShutDown (one shutdown contract for every queue; lets shut_down_with_drain() "
-    "finish the keys already queued); controller-runtime returns shutdown at once",
+    reason="deliberate (docs/semantics.md, the priority queue): after shut_down() "
+    "PriorityQueue.get()/get_with_priority() still hand out the ready keys, then raise ShutDown "
+    "(one shutdown contract for every queue; lets shut_down_with_drain() finish the keys already queued); "
+    "controller-runtime returns shutdown at once",
 )
 def test_get_from_priority_queue_might_get_stuck_when_the_priority_queue_is_shut_down(
     make_pq: Callable[..., Any],
