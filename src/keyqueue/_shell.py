@@ -91,7 +91,7 @@ class Shell(Generic[T]):
         recorder = recorder_for(name, metrics_provider, self.clock, self._lock)
         self._core: QueueCore[T] = self._new_core(recorder, stats, ordering)
         if recorder is not None:
-            bind_core(recorder, self._core.promote_due)
+            bind_core(recorder, self._core.promote_due, self._core.processing)
         self._fast_dirty = self._core.fast_dirty
         self._gil = GilHandOff()
         self._deferred: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()

@@ -153,7 +153,7 @@ def test_done_always_runs() -> None:
     for key in ("ok", "fail"):
         q.add(key)
         assert c.process_next(timeout=0)
-        assert q._core.processing == set()
+        assert not q._core.processing
         assert q.get(timeout=0) == key  # handed out again: done() was called
         q.done(key)
 

@@ -116,7 +116,7 @@ def test_recorder_histogram_is_exact(durations: list[int]) -> None:
     for i, d in enumerate(durations):
         r.add(i, t)
         r.get(i, t + d)
-        r.done(i, t + d + d)
+        r.done(i, t + d, t + d + d)
         t += d + d
     r.fold()  # the durations are buffered until a read (or FOLD_AT of them)
     expected = [0] * (len(BUCKET_BOUNDS_NS) + 1)
@@ -138,13 +138,13 @@ def test_recorder_forgets_keys(make: str) -> None:
     k = Key("a")
     ref = weakref.ref(k)
     r.add(k, 0)
-    r.get(k, 10)
     del k
     gc.collect()
-    assert ref() is not None  # control: in flight, the recorder holds its start time
-    r.done(ref(), 20)
+    assert ref() is not None  # control: dirty, the recorder holds its add time
+    r.get(ref(), 10)
     gc.collect()
-    assert ref() is None
+    assert ref() is None  # handed out: the start time is the core's
+    r.done(Key("a"), 10, 20)
 
 
 def test_queue_with_metrics_keeps_no_key_after_done() -> None:

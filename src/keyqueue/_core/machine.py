@@ -4,7 +4,7 @@ Both shells (:mod:`keyqueue.threaded` for threads, :mod:`keyqueue._aio` for asyn
 their lock held; they add only waiting and waking. Every decision a key goes through — dedup, requeue while
 processing, delayed entries, shutdown, drain — is made here, once.
 
-A key is always in exactly one of four states, given by two set memberships::
+A key is always in exactly one of four states, given by its membership of ``dirty`` and ``processing``::
 
     state                 in dirty   in processing   in ordering
     absent                no         no              no
@@ -62,15 +62,17 @@ class MetricsRecorder(Protocol):
     """The hooks a core calls, with the queue's lock held, when the queue emits metrics.
 
     Times are the queue clock's integer nanoseconds. ``add``: a key became dirty (for a delayed entry, at the time it
-    fell due; a priority queue: a key became ready). ``get``: handed out. ``done``: finished. ``retry``: a delayed
-    or rate-limited add. ``shut_down``: the queue began shutting down (once). Return values are ignored.
+    fell due; a priority queue: a key became ready). ``get``: handed out. ``done``: finished, with the time it was
+    handed out. ``retry``: a delayed or rate-limited add. ``shut_down``: the queue began shutting down (once).
+    Return values are ignored. The start times of the keys being processed are the values of the core's
+    ``processing`` (a recorder that reports in-flight work reads them there, under the queue's lock).
     """
 
     def add(self, item: Any, t_ns: int, /) -> object: ...
 
     def get(self, item: Any, t_ns: int, /) -> object: ...
 
-    def done(self, item: Any, t_ns: int, /) -> object: ...
+    def done(self, item: Any, started_ns: int, t_ns: int, /) -> object: ...
 
     def retry(self) -> object: ...
 
@@ -113,9 +115,9 @@ class QueueCore(Generic[T]):
         self._now: Callable[[], int] = clock.now_ns
         #: Every key that needs processing: the waiting ones and those re-added while being processed.
         self.dirty: set[T] = set()
-        #: The keys handed out by :meth:`pop` and not yet :meth:`done`. Never in ``ordering``, so no two callers can
-        #: hold a key at once.
-        self.processing: set[T] = set()
+        #: The keys handed out by :meth:`pop` and not yet :meth:`done`, each -> when it was handed out (clock ns;
+        #: ``None`` for a queue without metrics). Never in ``ordering``, so no two callers can hold a key at once.
+        self.processing: dict[T, int | None] = {}
         #: The waiting keys (``dirty - processing``), each once, in hand-out order.
         self.ordering: Ordering[T] = deque() if ordering is None else ordering
         self._push: Callable[[T], object] = self.ordering.append
@@ -128,10 +130,11 @@ class QueueCore(Generic[T]):
         self.shutting_down = False  #: no add changes anything any more
         self.draining = False  #: a drain was asked for and not cancelled by a plain shutdown
         self.metrics = metrics
-        # The three hooks of every key's round trip, looked up once (None: no metrics).
-        self._on_add = None if metrics is None else metrics.add
-        self._on_get = None if metrics is None else metrics.get
-        self._on_done = None if metrics is None else metrics.done
+        # The three hooks of every key's round trip, looked up once (None: no metrics; with metrics every time in
+        # ``processing`` is an int).
+        self._on_add: Callable[[T, int], object] | None = None if metrics is None else metrics.add
+        self._on_get: Callable[[T, Any], object] | None = None if metrics is None else metrics.get
+        self._on_done: Callable[[T, Any, int], object] | None = None if metrics is None else metrics.done
         self.counts = Counts() if stats else None
         #: What a shell may probe without its lock to answer an add ``DEDUP`` (see the shells): ``dirty``, or an empty
         #: set for a core that must see every add (an ordering with ``touch``, or counting).
@@ -231,15 +234,16 @@ class QueueCore(Generic[T]):
         if not self.ordering:
             return EMPTY
         item = self._pop()
+        on_get = self._on_get
+        t_ns = None if on_get is None else self._now()
         try:
-            self.processing.add(item)
+            self.processing[item] = t_ns
         except BaseException:
             self._push(item)
             raise
         self.dirty.remove(item)
-        on_get = self._on_get
         if on_get is not None:
-            on_get(item, self._now())
+            on_get(item, t_ns)
         if self.counts is not None:
             self.counts.gets += 1
         return item
@@ -250,7 +254,7 @@ class QueueCore(Generic[T]):
         raises ``TypeError``."""
         requeue = item in self.dirty
         try:
-            self.processing.remove(item)
+            started_ns = self.processing.pop(item)
         except KeyError:
             check_hashable(item)  # (a set is looked up as a frozenset: it lands here)
             return False
@@ -258,7 +262,7 @@ class QueueCore(Generic[T]):
             self._push(item)
         on_done = self._on_done
         if on_done is not None:
-            on_done(item, self._now())
+            on_done(item, started_ns, self._now())
         if self.counts is not None:
             self.counts.dones += 1
             self.counts.redelivered += requeue
@@ -426,16 +430,17 @@ class PriorityCore(QueueCore[T]):
         if not order.waiting:
             return EMPTY
         item = order.popleft()
+        on_get = self._on_get
+        t_ns = None if on_get is None else self._now()
         try:
-            self.processing.add(item)
+            self.processing[item] = t_ns
         except BaseException:
             order.append(item)  # stays ready, at the back of its priority's line
             raise
         self.dirty.remove(item)
         self.handed[item] = order.popped_priority
-        on_get = self._on_get
         if on_get is not None:
-            on_get(item, self._now())
+            on_get(item, t_ns)
         if self.counts is not None:
             self.counts.gets += 1
         return item
@@ -449,7 +454,7 @@ class PriorityCore(QueueCore[T]):
         """:meth:`QueueCore.done`; a re-added key takes the place in its priority's line it got when re-added."""
         requeue = item in self.dirty
         try:
-            self.processing.remove(item)
+            started_ns = self.processing.pop(item)
         except KeyError:
             check_hashable(item)
             return False
@@ -458,7 +463,7 @@ class PriorityCore(QueueCore[T]):
             self.order.append(item)
         on_done = self._on_done
         if on_done is not None:
-            on_done(item, self._now())
+            on_done(item, started_ns, self._now())
         if self.counts is not None:
             self.counts.dones += 1
             self.counts.redelivered += requeue

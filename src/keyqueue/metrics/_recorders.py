@@ -10,14 +10,15 @@ own on the hot path.
   reads them (under the queue's lock) when asked for a snapshot, e.g. at scrape time. A priority queue attaches its
   per-priority depth (a :class:`PriorityDepthSource`), so that a snapshot reads it under the same lock.
 
-Both forget a key when they stop needing it: its add time at ``get``, its processing start at ``done``.
+Both forget a key's add time at ``get``; the processing start times are the core's (its ``processing`` values,
+given to the recorder by :func:`bind_core`), so a recorder holds no key once it has been handed out.
 """
 
 from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
@@ -146,10 +147,10 @@ class PushRecorder:
         "_lock",
         "_longest",
         "_retries",
-        "_started",
         "_stopped",
         "_unfinished",
         "_work",
+        "processing",
         "promote_due",
     )
 
@@ -164,8 +165,8 @@ class PushRecorder:
         self._clock = clock
         self._lock = lock
         self._added: dict[Hashable, int] = {}  # key -> time it became dirty (until get)
-        self._started: dict[Hashable, int] = {}  # key -> time it was handed out (until done)
         self.promote_due: Callable[[int], object] | None = None  # see bind_core()
+        self.processing: Mapping[Any, int | None] = {}  # the core's keys being processed (see bind_core())
         self._stopped = False  # the queue shut down: refresh() no longer sets the in-flight gauges
         clock.subscribe(self.refresh)
 
@@ -178,15 +179,12 @@ class PushRecorder:
 
     def get(self, item: Hashable, t_ns: int) -> None:
         self._depth.dec()
-        self._started[item] = t_ns
         t0 = self._added.pop(item, None)
         if t0 is not None:
             self._latency.observe((t_ns - t0) / _NS_PER_S)
 
-    def done(self, item: Hashable, t_ns: int) -> None:
-        t0 = self._started.pop(item, None)
-        if t0 is not None:
-            self._work.observe((t_ns - t0) / _NS_PER_S)
+    def done(self, item: Hashable, started_ns: int, t_ns: int) -> None:
+        self._work.observe((t_ns - started_ns) / _NS_PER_S)
 
     def retry(self) -> None:
         self._retries.inc()
@@ -204,7 +202,7 @@ class PushRecorder:
             now = self._clock.now_ns()
             if self.promote_due is not None:
                 self.promote_due(now)  # delayed keys that fell due count in depth now, as in client-go
-            total, longest = in_flight_ns(list(self._started.values()), now)
+            total, longest = in_flight_ns(_starts(self.processing), now)
             self._unfinished.set(total / _NS_PER_S)
             self._longest.set(longest / _NS_PER_S)
 
@@ -235,11 +233,11 @@ class PullRecorder:
         "clock",
         "lock",
         "priority_depth",
+        "processing",
         "promote_due",
         "queue_hist",
         "queue_obs",
         "retries",
-        "started",
         "work_hist",
         "work_obs",
     )
@@ -254,7 +252,7 @@ class PullRecorder:
         self.queue_obs: list[int] = []
         self.work_obs: list[int] = []
         self.added: dict[Hashable, int] = {}
-        self.started: dict[Hashable, int] = {}  # key -> time it was handed out (until done)
+        self.processing: Mapping[Any, int | None] = {}  # key being processed -> its start (see bind_core())
         self.priority_depth: PriorityDepthSource | None = None
         self.promote_due: Callable[[int], object] | None = None  # see bind_core()
         self._frozen: tuple[list[int], int] | None = None  # (processing starts, now) at shutdown
@@ -262,14 +260,13 @@ class PullRecorder:
         self.add: Callable[[Hashable, int], None] = cast("Callable[[Hashable, int], None]", self.added.setdefault)
 
     def get(self, item: Hashable, t_ns: int) -> None:
-        self.started[item] = t_ns
         obs = self.queue_obs
         obs.append(t_ns - self.added.pop(item))  # the core hands out only keys it reported added
         if len(obs) >= FOLD_AT:
             self.fold()  # both buffers: a done follows a get, so work_obs holds at most FOLD_AT + keys in flight
 
-    def done(self, item: Hashable, t_ns: int) -> None:
-        self.work_obs.append(t_ns - self.started.pop(item))  # the core calls done only for a key it handed out
+    def done(self, item: Hashable, started_ns: int, t_ns: int) -> None:
+        self.work_obs.append(t_ns - started_ns)
 
     def fold(self) -> None:
         """Count the buffered durations into the histograms (the queue's lock held)."""
@@ -281,7 +278,7 @@ class PullRecorder:
 
     def shut_down(self, t_ns: int) -> None:
         if self._frozen is None:
-            self._frozen = (list(self.started.values()), t_ns)
+            self._frozen = (_starts(self.processing), t_ns)
 
     def read(self) -> tuple[int, list[int], list[int], int, list[int], int, dict[str, int] | None]:
         """Under the queue's lock: (retries, queue_hist, work_hist, depth, processing starts, clock now, depth per
@@ -293,7 +290,7 @@ class PullRecorder:
             self.fold()
             priority_depth = self.priority_depth
             frozen = self._frozen
-            starts, now = (list(self.started.values()), self.clock.now_ns()) if frozen is None else frozen
+            starts, now = (_starts(self.processing), self.clock.now_ns()) if frozen is None else frozen
             return (
                 self.retries[0],
                 list(self.queue_hist),
@@ -305,13 +302,21 @@ class PullRecorder:
             )
 
 
-def bind_core(recorder: object, promote_due: Callable[[int], object]) -> None:
+def bind_core(recorder: object, promote_due: Callable[[int], object],
+              processing: Mapping[Any, int | None]) -> None:
     """Give a recorder the queue core's ``promote_due``, which it calls (under the queue's lock) before it reads
     its numbers: client-go's background loop adds a delayed key the moment it falls due, so depth and adds count
     it from then on; keyqueue has no such loop, so a scrape fires what is due first (exactly what the next
-    ``get()`` or ``len()`` would do). Recorders that are not keyqueue's own are left alone."""
+    ``get()`` or ``len()`` would do). The core's ``processing`` (key -> when it was handed out) gives the in-flight
+    gauges their start times. Recorders that are not keyqueue's own are left alone."""
     if isinstance(recorder, (PullRecorder, PushRecorder)):
         recorder.promote_due = promote_due
+        recorder.processing = processing
+
+
+def _starts(processing: Mapping[Any, int | None]) -> list[int]:
+    """The start times of the keys being processed (every value is a time when the queue records metrics)."""
+    return [t for t in processing.values() if t is not None]
 
 
 class SharedQueueRecorder(PullRecorder):
@@ -324,15 +329,18 @@ class SharedQueueRecorder(PullRecorder):
     * adds are counted by the shell in ``adds_total`` (a one-element list, kept by the provider after the handle
       is gone, like ``retries``): the provider reports them instead of deriving adds from depth;
     * :meth:`handed_out` records a ``get`` with the queue duration the shared state measured (``None``: unknown,
-      nothing observed); ``done``/``retry`` and the in-flight gauges are :class:`PullRecorder`'s own.
+      nothing observed) and :meth:`finished` a ``done``: the handle keeps the start times itself (``started``, which
+      is also its ``processing``); ``retry`` and the in-flight gauges are :class:`PullRecorder`'s own.
 
     The shell calls the event hooks with its lock (``lock``) held, as the core does.
     """
 
-    __slots__ = ("adds_total", "depth_source")
+    __slots__ = ("adds_total", "depth_source", "started")
 
     def __init__(self, clock: Clock, lock: LockLike | None) -> None:
         super().__init__(clock, lock)
+        self.started: dict[Hashable, int | None] = {}  # key -> time it was handed out (until finished or abandoned)
+        self.processing = self.started
         self.adds_total = [0]
         self.depth_source: Callable[[], int] | None = None
 
@@ -343,8 +351,9 @@ class SharedQueueRecorder(PullRecorder):
             h[bucket_index(waited_ns)] += 1
             h[_SUM] += waited_ns
 
-    def done(self, item: Hashable, t_ns: int) -> None:
-        t0 = self.started.pop(item, None)  # the shared state's keys come and go without this handle's core
+    def finished(self, item: Hashable, t_ns: int) -> None:
+        """``item``'s done: observe its work duration from the start recorded by :meth:`handed_out`."""
+        t0 = self.started.pop(item, None)
         if t0 is not None:
             self.work_obs.append(t_ns - t0)
 

@@ -488,7 +488,7 @@ class HandleState:
                     self.counts.redelivered += code == 1
                 if self.metrics is not None:
                     if code >= 0:
-                        self.metrics.done(key, self.metrics_clock.now_ns())
+                        self.metrics.finished(key, self.metrics_clock.now_ns())
                     else:  # the lease ran out: this handle's work on it was not finished, nothing to observe
                         self.metrics.abandon(key)
             finally:
