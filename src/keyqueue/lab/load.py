@@ -28,12 +28,10 @@ import http.client
 import ipaddress
 import json
 import math
-import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -41,8 +39,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from keyqueue._procs import die_with_parent
 from keyqueue._signals import recorded_signals
-from keyqueue.lab.common import MAX_THREADS, add_json_argument, check_size, human_stream, write_json
+from keyqueue.lab.common import EXIT_INTERRUPTED, MAX_THREADS, add_json_argument, check_size, human_stream, write_json
 
 __all__ = [
     "LoadResult",
@@ -256,41 +255,53 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     )
 
 
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def _nothing_sent(url: str, concurrency: int, keys: int) -> LoadResult:
+    """The result of a load stopped before its first request."""
+    nan = math.nan
+    return LoadResult(url=url.rstrip("/"), requests=0, errors=0, concurrency=concurrency, keys=keys, elapsed_s=0.0,
+                      rps=nan, p50_ms=nan, p95_ms=nan, p99_ms=nan, max_ms=nan, mean_ms=nan, stopped=True)
+
+
 def run_load_subprocess(url: str, requests: int, concurrency: int, keys: int = 20,
                         timeout: float = 600.0, stop: threading.Event | None = None) -> LoadResult:
     """:func:`run_load` in a child process (``python -m keyqueue.lab.load``), so that the client does not compete
     for the caller's GIL. Raises ``RuntimeError`` if the child fails to produce a result within ``timeout``.
     ``stop``: once set, the child gets SIGTERM, stops sending and reports what it did (``stopped``)."""
-    fd, path = tempfile.mkstemp(prefix="keyqueue-load-", suffix=".json")
-    os.close(fd)
-    try:
-        cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
-               "--concurrency", str(concurrency), "--keys", str(keys), "--json", path]
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-            deadline = time.monotonic() + timeout
-            signalled = False
-            while True:
-                try:
-                    out, err = proc.communicate(timeout=0.05)
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() > deadline:
-                        proc.kill()
-                        proc.communicate()
-                        raise RuntimeError(f"load generator did not finish within {timeout} s") from None
-                    if stop is not None and stop.is_set() and not signalled:
-                        signalled = True
-                        proc.send_signal(signal.SIGTERM)  # it stops sending and writes its result
-        # 1 = some requests failed: still a result; -SIGTERM after its result was written: our stop came late
-        if proc.returncode not in (0, 1) and not (signalled and proc.returncode == -signal.SIGTERM
-                                                  and os.path.getsize(path) > 0):
-            raise RuntimeError(f"load generator failed ({proc.returncode}): {out}{err}")
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    return LoadResult(**data)
+    # The result comes back as JSON on the child's stdout (its text goes to stderr): no file to leave behind.
+    cmd = [sys.executable, "-m", "keyqueue.lab.load", "--url", url, "--requests", str(requests),
+           "--concurrency", str(concurrency), "--keys", str(keys), "--json", "-"]
+    # The child runs in a process group of its own: a terminal's Ctrl-C reaches the caller only, which stops the
+    # child through ``stop``; and it gets SIGTERM if the caller dies (see die_with_parent).
+    cmd, preexec = die_with_parent(cmd)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+                          preexec_fn=preexec) as proc:
+        deadline = time.monotonic() + timeout
+        signalled = False
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.communicate()
+                    raise RuntimeError(f"load generator did not finish within {timeout} s") from None
+                if stop is not None and stop.is_set() and not signalled:
+                    signalled = True
+                    proc.send_signal(signal.SIGTERM)  # it stops sending and writes its result
+    if signalled and not out.strip():
+        # Stopped before it could send anything (SIGTERM while the child was still starting): nothing was sent.
+        return _nothing_sent(url, concurrency, keys)
+    # 1 = some requests failed, 130 = stopped early: still a result; -SIGTERM after its result was written: our
+    # stop came late
+    late_stop = signalled and proc.returncode == -signal.SIGTERM
+    if (proc.returncode not in (0, 1, EXIT_INTERRUPTED) and not late_stop) or not out.strip():
+        raise RuntimeError(f"load generator failed ({proc.returncode}): {out}{err}")
+    return LoadResult(**json.loads(out))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -299,12 +310,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests in total (default 200)")
     parser.add_argument("--concurrency", type=int, default=10, help="concurrent keep-alive connections (default 10)")
     parser.add_argument("--keys", type=int, default=20, help="distinct names obj-0..obj-K-1 (default 20)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="socket timeout per request in seconds")
+    parser.add_argument("--timeout", type=float, default=10.0,
+                        help="socket timeout per request in seconds (default 10)")
     add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit status 0 when every request succeeded, 1 if some failed, 2 for bad arguments.
+    """Exit status 0 when every request succeeded, 1 if some failed, 2 for bad arguments, 130 when SIGINT or SIGTERM
+    stopped it early.
 
     SIGINT or SIGTERM stop the load early: requests in flight finish, the result (``stopped``) is still printed and
     written (from the main thread only; the signals are only recorded until the result is out)."""
@@ -332,6 +345,14 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     out = human_stream(args)
     try:
+        check_loopback_url(args.url)
+    except ValueError as exc:
+        print(f"load: {exc}", file=out)
+        return 2
+    print(f"load: sending {args.requests:,} {_plural(args.requests, 'request')} to {args.url.rstrip('/')}/trigger/"
+          f"obj-* from {args.concurrency} {_plural(args.concurrency, 'connection')} (Ctrl-C to stop)", file=out,
+          flush=True)
+    try:
         result = run_load(args.url, args.requests, args.concurrency, args.keys, args.timeout, stop)
     except ValueError as exc:
         print(f"load: {exc}", file=out)
@@ -341,6 +362,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         kinds = ", ".join(f"{kind} × {n}" for kind, n in result.statuses.items() if not kind.isdigit())
         print(f"load: {result.errors} requests failed ({kinds}); the first: {result.first_error}", file=out)
     write_json(args.json, result.summary())
+    if stop.is_set():
+        return EXIT_INTERRUPTED
     return 0 if result.errors == 0 else 1
 
 
