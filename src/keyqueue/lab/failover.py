@@ -43,17 +43,17 @@ _WAIT = 60.0  # seconds: bound of every wait for a replica (starting 3 on a busy
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=3, help="controller processes (default 3)")
-    parser.add_argument("--duration", type=parse_duration, default=8.0, help="length of the trigger load (8s)")
+    parser.add_argument("--duration", type=parse_duration, default=8.0, help="length of the trigger load (default 8s)")
     parser.add_argument("--kill-at", type=parse_duration, default=3.0,
-                        help="when to SIGKILL the leader, from the start of the load (3s)")
-    parser.add_argument("--rate", type=float, default=100.0, help="trigger writes per second (100)")
-    parser.add_argument("--names", type=int, default=30, help="ConfigMap names the triggers spread over (30)")
-    parser.add_argument("--work", type=parse_duration, default=0.002, help="simulated work per reconcile (2ms)")
-    parser.add_argument("--lease-duration", type=parse_duration, default=2.0, help="lease duration (2s)")
-    parser.add_argument("--renew-deadline", type=parse_duration, default=1.5, help="renew deadline (1.5s)")
-    parser.add_argument("--retry-period", type=parse_duration, default=0.5, help="retry period (0.5s)")
+                        help="when to SIGKILL the leader, from the start of the load (default 3s)")
+    parser.add_argument("--rate", type=float, default=100.0, help="trigger writes per second (default 100)")
+    parser.add_argument("--names", type=int, default=30, help="ConfigMap names the triggers spread over (default 30)")
+    parser.add_argument("--work", type=parse_duration, default=0.002, help="simulated work per reconcile (default 2ms)")
+    parser.add_argument("--lease-duration", type=parse_duration, default=2.0, help="lease duration (default 2s)")
+    parser.add_argument("--renew-deadline", type=parse_duration, default=1.5, help="renew deadline (default 1.5s)")
+    parser.add_argument("--retry-period", type=parse_duration, default=0.5, help="retry period (default 0.5s)")
     parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
-                        help="the API server's storage (default: a real etcd)")
+                        help="the API server's storage: a real etcd (default) or in-memory")
     parser.add_argument("--control", action="store_true",
                         help="replicas without leader election: every replica reconciles (the overlap check fails)")
     add_json_argument(parser)

@@ -1,0 +1,48 @@
+"""What the commands say: help texts that agree with each other and with what the servers serve."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from keyqueue.apiserver.objects.resources import BUILTINS, REVIEWS
+from keyqueue.lab.__main__ import main
+from keyqueue.lab.commands import COMMANDS
+
+from .ptys import interrupt_after
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_default_is_written_the_same_way(name: str) -> None:
+    parser = argparse.ArgumentParser()
+    COMMANDS[name].load().add_arguments(parser)
+    for action in parser._actions:
+        if not action.option_strings or action.help in (None, argparse.SUPPRESS):
+            continue
+        if action.default not in (None, False, argparse.SUPPRESS):
+            assert "(default" in action.help, (action.option_strings, action.help)
+
+
+def test_apiserver_help_names_what_it_serves_and_no_counters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["apiserver", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "explain" not in text and "counters" not in text
+    for resource in BUILTINS:
+        if resource not in REVIEWS:
+            assert f"{resource.kind}s" in text, resource.kind
+
+
+@pytest.mark.timeout(120)
+def test_apiserver_without_kubeconfig_writes_a_temporary_one_and_deletes_it() -> None:
+    status, out = interrupt_after(["apiserver", "--backend", "memory"], lambda line: line.startswith("stop with"),
+                                  timeout=60)
+    assert status == 0, out
+    match = re.search(r"^kubeconfig: (\S+)", out, re.M)
+    assert match is not None, out
+    assert "Traceback" not in out and not Path(match.group(1)).exists()
+    for resource in BUILTINS:
+        if resource not in REVIEWS:
+            assert f"{resource.kind}s" in out.splitlines()[0], resource.kind
