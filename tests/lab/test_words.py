@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +47,18 @@ def test_apiserver_without_kubeconfig_writes_a_temporary_one_and_deletes_it() ->
     for resource in BUILTINS:
         if resource not in REVIEWS:
             assert f"{resource.kind}s" in out.splitlines()[0], resource.kind
+
+
+def test_one_name_per_counter_in_the_text_and_the_json(lab: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    status, summary = lab("run", "--duration", "1.1", "--rate", "2000", "--keys", "3", "--quiet", "--plain")
+    assert status == 0
+    out = capsys.readouterr().out
+
+    def names(tag: str) -> set[str]:
+        lines = [line for line in out.splitlines() if line.startswith(tag)]
+        return set(re.findall(r"([A-Za-z][\w.-]*)=", "\n".join(lines)))
+
+    stats, funnel = names("[STATS]"), names("[FUNNEL]")
+    assert stats and funnel and not stats & funnel, stats & funnel  # a name means one thing
+    for name in ("deduplicated", "marked", "absorbed"):  # the queue's decisions: the JSON's names
+        assert name in stats and name in summary, name

@@ -92,9 +92,9 @@ def live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[st
         for _ in range(4):
             grid.add_column(justify="right")
         grid.add_row("enqueued", format_count(sample.enqueued), "adds/s", format_count(sample.enqueued / t if t else 0))
-        grid.add_row("adds-total", format_count(s.adds), "dedup-noop", format_count(s.deduplicated))
-        grid.add_row("rwp-marked", format_count(s.marked), "processed", format_count(s.dones))
-        grid.add_row("rate-limited", format_count(sample.rate_limited), "adds-absorbed", format_percent(absorbed, 2))
+        grid.add_row("adds-total", format_count(s.adds), "deduplicated", format_count(s.deduplicated))
+        grid.add_row("marked", format_count(s.marked), "processed", format_count(s.dones))
+        grid.add_row("rate-limited", format_count(sample.rate_limited), "absorbed", format_percent(absorbed, 2))
         grid.add_row("queue.Len", str(sample.queue_len), "redelivered", format_count(s.redelivered))
         return Group(bar, Text("the funnel, over the last second:", style="bold"), funnel, grid)
 
