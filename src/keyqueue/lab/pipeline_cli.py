@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run a built-in load of N requests, report and exit (default: serve until Ctrl-C)")
     parser.add_argument("--concurrency", type=int, default=10, help="built-in load concurrency (default 10)")
     parser.add_argument("--keys", type=int, default=20, help="built-in load: distinct names (default 20)")
+    parser.add_argument("--hot", type=int, default=3,
+                        help="built-in load: four requests in five go to the first HOT names, written again while "
+                             "the queue holds them, so that the queue's funnel shows; 0 = round robin (default 3)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="the whole stage table, with the scheduler's part of each hand-off and the replays")
     parser.add_argument("--load-in-process", action="store_true",
                         help="run the built-in load in threads of this process instead of a child process")
     parser.add_argument("--log-lines", type=int, default=10,
@@ -101,6 +106,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         check_size("--concurrency", args.concurrency, 1, MAX_THREADS)
         check_size("--requests", args.requests, 0, 10_000_000)
         check_size("--keys", args.keys, 1, 1_000_000)
+        check_size("--hot", args.hot, 0, args.keys)
     except ValueError as exc:
         print(f"pipeline: {exc}", file=out)
         return 2
@@ -160,7 +166,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
         print("", file=out)
-        print(pipeline.report(micro, load, interrupted=interrupted), file=out)
+        print(pipeline.report(micro, load, interrupted=interrupted, verbose=args.verbose), file=out)
         if not settled:
             print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
@@ -246,10 +252,11 @@ def _run_load_until_signal(pipeline: Pipeline, args: argparse.Namespace, receive
     def go() -> None:
         try:
             if args.load_in_process:
-                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop))
+                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop,
+                                        hot=args.hot))
             else:
                 results.append(run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys,
-                                                   stop=stop))
+                                                   stop=stop, hot=args.hot))
         except BaseException as exc:
             results.append(exc)
 
