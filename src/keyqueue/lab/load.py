@@ -139,6 +139,14 @@ class LoadResult:
                 f"p99={self.p99_ms:.2f}ms max={self.max_ms:.2f}ms")
 
 
+def _check_sizes(requests: int, concurrency: int, keys: int, hot: int) -> None:
+    for label, value in (("requests", requests), ("concurrency", concurrency), ("keys", keys)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{label} must be an int >= 1, got {type(value).__name__}: {value!r}")
+    check_size("concurrency", concurrency, 1, MAX_THREADS)
+    check_size("hot", hot, 0, keys)
+
+
 def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection:
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     conn.connect()
@@ -160,11 +168,7 @@ def run_load(url: str, requests: int, concurrency: int, keys: int = 20, timeout:
     :data:`~keyqueue.lab.common.MAX_THREADS` connections. Connection errors do not raise: they are
     counted in ``errors`` (the connection is re-opened for the next request).
     """
-    for label, value in (("requests", requests), ("concurrency", concurrency), ("keys", keys)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{label} must be an int >= 1, got {type(value).__name__}: {value!r}")
-    check_size("concurrency", concurrency, 1, MAX_THREADS)
-    check_size("hot", hot, 0, keys)
+    _check_sizes(requests, concurrency, keys, hot)
     host, port, prefix = check_loopback_url(url)
     concurrency = min(concurrency, requests)
     lock = threading.Lock()
@@ -372,6 +376,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     out = human_stream(args)
     try:
         check_loopback_url(args.url)
+        _check_sizes(args.requests, args.concurrency, args.keys, args.hot)
     except ValueError as exc:
         print(f"load: {exc}", file=out)
         return 2
