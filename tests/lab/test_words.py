@@ -62,3 +62,13 @@ def test_one_name_per_counter_in_the_text_and_the_json(lab: Any, capsys: pytest.
     assert stats and funnel and not stats & funnel, stats & funnel  # a name means one thing
     for name in ("deduplicated", "marked", "absorbed"):  # the queue's decisions: the JSON's names
         assert name in stats and name in summary, name
+
+
+def test_one_of_a_thing_is_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--keys", "1", "--workers", "1", "--rate", "2", "--duration", "1", "--fail", "0",
+                 "--quiet", "--plain"]) == 0
+    out = capsys.readouterr().out
+    wrong = re.findall(r"(?<![\d,.=])1 (?:keys|workers|adds|failures|hand-outs|redeliveries|times|were)(?![\w-])",
+                       out)
+    assert wrong == [], out
+    assert "onto 1 key " in out and "1 worker holds" in out
