@@ -54,7 +54,7 @@ def test_a_load_child_stopped_while_it_starts_reports_nothing_sent(trigger_url: 
 @pytest.mark.timeout(120)
 def test_ctrl_c_as_the_pipeline_banner_appears() -> None:
     # The banner is the last line before the built-in load starts its child: the signal lands while the child
-    # starts, the race that used to end in a traceback.
+    # starts, before it can handle a signal.
     status, out = interrupt_after(
         ["pipeline", "--backend", "memory", "--requests", "1000000", "--stats-interval", "0", "--plain"],
         lambda line: line.startswith("pipeline: triggers on"))
