@@ -288,7 +288,7 @@ def test_cli_run_with_built_in_load(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     out = tmp_path / "pipeline.json"
     code = main(["pipeline", "--backend", "memory", "--requests", "30", "--concurrency", "3", "--keys", "4",
-                 "--workers", "2", "--reconcile", "1ms", "--log-lines", "1", "--stats-interval", "0",
+                 "--workers", "2", "--reconcile", "1ms", "--log-lines", "1", "--stats-interval", "0", "--verbose",
                  "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0, text
