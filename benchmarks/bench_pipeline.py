@@ -145,7 +145,7 @@ def run_phase(p: Pipeline, requests: int, concurrency: int, keys: int) -> dict[s
         "handoff_slices": p.handoff_slices(),
         "replay_bound": {k: vars(v) for k, v in p.replay_bound().items()},
         "verification": {**vars(p.verify()), "ok": p.verify().ok},
-        "report": p.report(),
+        "report": p.report(verbose=True),
     }
 
 

@@ -42,7 +42,8 @@ async def main(backend: str) -> None:
 
             informer.add_event_handler(on_add=enqueue, on_update=lambda old, new: enqueue(new), on_delete=enqueue)
             with informer:
-                await asyncio.to_thread(informer.wait_for_cache_sync, 30)
+                if not await asyncio.to_thread(informer.wait_for_cache_sync, 30):
+                    raise SystemExit("the informer's cache did not sync within 30 s")
                 for i, name in enumerate(NAMES):
                     body = {"metadata": {"name": name}, "data": {f"k{j}": "v" for j in range(i + 1)}}
                     await asyncio.to_thread(api.create_namespaced_config_map, "default", body)

@@ -91,7 +91,8 @@ def main(backend: str) -> None:
 
             informer.add_event_handler(on_add=enqueue, on_update=lambda old, new: enqueue(new), on_delete=enqueue)
             with informer:
-                informer.wait_for_cache_sync(30)
+                if not informer.wait_for_cache_sync(30):
+                    raise SystemExit("the informer's cache did not sync within 30 s")
                 for name, who in (("alice", "Alice"), ("bob", "Bob")):
                     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Greeting", "metadata": {"name": name},
                             "spec": {"name": who}}

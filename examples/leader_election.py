@@ -48,7 +48,8 @@ with TestAPIServer("memory") as server, server.api_client() as api_client:
     replicas = [replica(api_client, f"replica-{i}") for i in range(3)]
     for controller, informer in replicas:
         informer.start()
-        informer.wait_for_cache_sync(30)
+        if not informer.wait_for_cache_sync(30):
+            raise SystemExit("the informer's cache did not sync within 30 s")
         controller.start()
     api.create_namespaced_config_map("default", {"metadata": {"name": "first"}})
     first = wait_for("first")

@@ -265,3 +265,10 @@ def test_a_done_whose_eq_raises_changes_nothing(make: Any) -> None:
     a.explosive = False
     assert q.done(b) is False and q.done(a) is False  # both were still being processed
     assert q.shut_down_with_drain(timeout=5) is True
+
+
+def test_an_add_result_prints_its_name(capsys: pytest.CaptureFixture[str]) -> None:
+    q: keyqueue.Queue[str] = keyqueue.Queue()
+    print(q.add("a"), q.add("a"), f"{q.add('b')}")
+    assert capsys.readouterr().out == "QUEUED DEDUP QUEUED\n"
+    assert [str(result) for result in AddResult] == [result.name for result in AddResult]

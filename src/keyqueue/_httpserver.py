@@ -10,7 +10,8 @@ it lacks, thinly:
   each response, and it closes the connection if the next request's headers are not complete by then (slowloris
   included), so the header timeout and the idle keep-alive timeout are one value, ``header_timeout``;
 * :func:`read_body`: the request body, read as it arrives with a byte limit (chunked or not; 413 as soon as the
-  limit is crossed) and a deadline for the whole body (408);
+  limit is crossed, or as soon as a first chunk declares more than the limit) and a deadline for the whole body
+  (408);
 * errors that aiohttp answers itself (a malformed request line, an unknown method, oversized headers) go through
   ``error_body`` so that the API server can answer them with a Kubernetes ``Status``.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -101,8 +103,14 @@ async def read_body(request: web.BaseRequest, limits: HTTPLimits) -> bytes:
     size = 0
     try:
         async with asyncio.timeout(limits.body_timeout):
+            protocol = request.protocol
+            if isinstance(protocol, _Protocol) and "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+                first = await _first_chunk(protocol, content, limits.max_body)
+                if not first:
+                    return b""
+                size, parts = len(first), [first]
             while True:
-                chunk = await request.content.readany()
+                chunk = await content.readany()
                 if not chunk:
                     break
                 size += len(chunk)
@@ -118,6 +126,48 @@ async def read_body(request: web.BaseRequest, limits: HTTPLimits) -> bytes:
     return b"".join(parts)
 
 
+_RECENT = 512  # bytes of a connection's input kept for _declared_chunk: the end of a request head and a chunk line
+_FIRST_CHUNK = re.compile(rb"\r\n\r\n([0-9A-Fa-f]+)[^\r\n]*(?:\r\n?)?$")
+
+
+def _declared_chunk(recent: bytes) -> int | None:
+    """The size a chunked body's first chunk declares, from the connection's latest input while none of the body
+    was delivered yet (the input then ends with the request head and the chunk-size line, maybe only part of it:
+    more hex digits can only make the size larger). ``None`` if no chunk-size line is there."""
+    match = _FIRST_CHUNK.search(recent)
+    return int(match.group(1), 16) if match is not None else None
+
+
+async def _first_chunk(protocol: _Protocol, content: Any, limit: int) -> bytes:
+    """The first data of a chunked body, or 413 as soon as its first chunk declares more than ``limit`` bytes
+    (llhttp reads the declared size but delivers nothing until data arrives: without this, a client that declares
+    a huge chunk and waits would get no answer until the body deadline)."""
+    loop = asyncio.get_running_loop()
+    too_large: asyncio.Future[int] = loop.create_future()
+
+    def check() -> None:
+        declared = _declared_chunk(protocol.recent) if content.total_bytes == 0 else None
+        if declared is not None and declared > limit and not too_large.done():
+            too_large.set_result(declared)
+
+    check()
+    protocol.on_data = check
+    read = asyncio.ensure_future(content.readany())
+    try:
+        await asyncio.wait((read, too_large), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        protocol.on_data = None
+        if not read.done():
+            read.cancel()
+    if too_large.done():
+        raise BodyError(413, f"a request body chunk of {too_large.result()} bytes exceeds the limit of {limit} "
+                             "bytes")
+    data: bytes = read.result()
+    if len(data) > limit:
+        raise BodyError(413, f"request body exceeds the limit of {limit} bytes")
+    return data
+
+
 class _Protocol(RequestHandler):
     """aiohttp's connection protocol plus the connection limit and error bodies of :class:`BackgroundHTTPServer`."""
 
@@ -125,6 +175,14 @@ class _Protocol(RequestHandler):
         super().__init__(manager, **kwargs)
         self._owner = owner
         self._counted = False
+        self.recent = b""  #: the end of this connection's input (see _declared_chunk)
+        self.on_data: Callable[[], None] | None = None  #: called after each piece of input was parsed
+
+    def data_received(self, data: bytes) -> None:
+        self.recent = (self.recent + data[-_RECENT:])[-_RECENT:]
+        super().data_received(data)
+        if self.on_data is not None:
+            self.on_data()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         owner = self._owner

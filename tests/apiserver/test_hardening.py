@@ -121,6 +121,24 @@ def test_one_huge_chunk_is_refused_after_the_limit(server: TestAPIServer) -> Non
     sender.join(10)
 
 
+@pytest.mark.parametrize("separately", [False, True])
+def test_a_chunk_declared_above_the_limit_is_refused_at_once(server: TestAPIServer, separately: bool) -> None:
+    """A first chunk declared as 2^44 bytes, and then nothing: 413 without waiting for the body deadline (60 s;
+    the socket's timeout, 10 s, is the bound). Sent with the head, or as a write of its own after it."""
+    sock = _raw(server.port)
+    head = (b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk_line = b"%x\r\n" % 2**44
+    if separately:
+        sock.sendall(head)
+        sock.sendall(chunk_line)
+    else:
+        sock.sendall(head + chunk_line)
+    status, data = _read_status(sock)
+    assert status == 413 and b'"RequestEntityTooLarge"' in data
+    sock.close()
+
+
 def test_content_length_above_the_limit_is_refused_at_once(server: TestAPIServer) -> None:
     sock = _raw(server.port)
     sock.sendall(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,28 @@ def test_examples_lint_clean() -> None:
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "examples"], capture_output=True, text=True,
                           timeout=60, check=False, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _discarded_cache_syncs(source: str) -> list[int]:
+    """Lines where a ``wait_for_cache_sync`` result is thrown away (a statement of its own, awaited or not)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr):
+            value = node.value.value if isinstance(node.value, ast.Await) else node.value
+            calls = [c for c in ast.walk(value) if isinstance(c, ast.Call)]
+            if any(isinstance(f, ast.Attribute) and f.attr == "wait_for_cache_sync"
+                   for c in calls for f in (c.func, *c.args)):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_checker_finds_a_discarded_cache_sync() -> None:
+    assert _discarded_cache_syncs("informer.wait_for_cache_sync(30)\n") == [1]
+    assert _discarded_cache_syncs("async def f():\n    await asyncio.to_thread(i.wait_for_cache_sync, 30)\n") == [2]
+    assert _discarded_cache_syncs("if not informer.wait_for_cache_sync(30):\n    raise SystemExit(1)\n") == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.py")), ids=lambda p: p.name)
+def test_no_example_runs_on_a_cache_that_did_not_sync(path: Path) -> None:
+    """A copy of an example that ignores ``wait_for_cache_sync``'s result would reconcile on an empty cache."""
+    assert _discarded_cache_syncs(path.read_text(encoding="utf-8")) == []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +15,8 @@ import pytest
 from keyqueue.lab.__main__ import main
 from keyqueue.lab.common import EXIT_INTERRUPTED
 from keyqueue.lab.firehose import FirehoseConfig, run_firehose
+
+from .ptys import interrupt_after
 
 Lab = Callable[..., tuple[int, dict[str, Any]]]
 
@@ -120,39 +120,15 @@ def test_load_against_a_closed_port(tmp_path: Path) -> None:
 # -- Ctrl-C -------------------------------------------------------------------------------------------------------
 
 
-def _interrupt_after(argv: list[str], ready: Callable[[str], bool], timeout: float = 90.0) -> tuple[int, str]:
-    """Start the lab in its own session, wait (by reading its output) for a line that says the run is under way,
-    send SIGINT to the whole process group (as a terminal's Ctrl-C does), return (status, all output)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "keyqueue.lab", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
-    assert proc.stdout is not None
-    seen: list[str] = []
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if ready(line):
-                break
-        else:
-            pytest.fail("the run ended before it was under way:\n" + "".join(seen))
-        os.killpg(proc.pid, signal.SIGINT)
-        rest, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, "".join(seen) + rest
-
-
 def test_ctrl_c_in_run_prints_the_summary_and_exits_130() -> None:
-    status, out = _interrupt_after(["run", "--duration", "60", "--plain", "--quiet"],
+    status, out = interrupt_after(["run", "--duration", "60", "--plain", "--quiet"],
                                    lambda line: line.startswith("[STATS] t="))
     assert status == EXIT_INTERRUPTED, out
     assert "[STATS] final" in out and "— interrupted" in out and "Traceback" not in out
 
 
 def test_ctrl_c_in_race_prints_what_ran_and_exits_130() -> None:
-    status, out = _interrupt_after(["race", "--adds", "500000000", "--hold", "1ms", "--progress-every", "200ms"],
+    status, out = interrupt_after(["race", "--adds", "500000000", "--hold", "1ms", "--progress-every", "200ms"],
                                    lambda line: "adds," in line and "so far" in line)
     assert status == EXIT_INTERRUPTED, out
     assert out.index("race: 500,000,000 adds") < out.index("so far")  # the start line, then progress
@@ -160,7 +136,7 @@ def test_ctrl_c_in_race_prints_what_ran_and_exits_130() -> None:
 
 
 def test_ctrl_c_in_backoff_keeps_the_table_and_reports_the_herd() -> None:
-    status, out = _interrupt_after(["backoff", "--herd-window", "60s"], lambda line: "retries back so far" in line)
+    status, out = interrupt_after(["backoff", "--herd-window", "60s"], lambda line: "retries back so far" in line)
     assert status == EXIT_INTERRUPTED, out
     assert out.index("consecutive failures of one key") < out.index("Thundering herd")  # the table came first
     assert "— interrupted" in out and "back at once (the burst)" in out and "Traceback" not in out
@@ -168,7 +144,7 @@ def test_ctrl_c_in_backoff_keeps_the_table_and_reports_the_herd() -> None:
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_in_pipeline_reports_and_exits_130_without_watch_noise() -> None:
-    status, out = _interrupt_after(
+    status, out = interrupt_after(
         ["pipeline", "--backend", "memory", "--requests", "1000000", "--concurrency", "2", "--stats-interval", "0"],
         lambda line: line.startswith("[TRIGGER]"))
     assert status == EXIT_INTERRUPTED, out

@@ -19,7 +19,7 @@ def test_many_adds_on_few_keys_are_absorbed(lab: Lab) -> None:
     status, s = lab("run", "--duration", "1s", "--rate", "20000", "--keys", "4", "--workers", "2",
                     "--work", "2ms", "--quiet", "--plain", "--seed", "1")
     assert status == 0
-    assert s["adds_absorbed"] > 0.9
+    assert s["absorbed"] > 0.9
     assert s["violations"] == 0
     assert s["enqueued"] > 0 and s["delivered_rate"] > 0
     # The counters are the queue's: every evaluated add is exactly one of its four outcomes...
@@ -28,10 +28,10 @@ def test_many_adds_on_few_keys_are_absorbed(lab: Lab) -> None:
     assert s["adds_total"] == st["adds"] >= s["enqueued"]
     # ...every hand-out was finished, and each redelivery came from an add that marked a held key.
     assert s["processed"] == st["gets"] == st["dones"]
-    assert st["redelivered"] <= s["rwp_marked"]
+    assert st["redelivered"] <= s["marked"]
     assert s["rate_limited"] <= s["processed"]
-    for key in ("requested_rate", "delivered_rate", "duration_s", "enqueued", "adds_total", "dedup_noop",
-                "rwp_marked", "processed", "rate_limited", "adds_absorbed"):
+    for key in ("requested_rate", "delivered_rate", "duration_s", "enqueued", "adds_total", "deduplicated",
+                "marked", "processed", "rate_limited", "absorbed"):
         assert key in s
 
 
@@ -198,8 +198,8 @@ def test_live_view_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
     out = tty.getvalue()
     # The live view: a progress bar through the duration and the current counters, redrawn in place.
     assert "firehose" in out and "━" in out and "/ 300ms" in out
-    for label in ("enqueued", "adds-total", "dedup-noop", "rwp-marked", "processed", "rate-limited",
-                  "adds-absorbed", "queue.Len"):
+    for label in ("enqueued", "adds-total", "deduplicated", "marked", "processed", "rate-limited",
+                  "absorbed", "queue.Len"):
         assert label in out
     assert "\x1b[" in out  # terminal control sequences: it really is the live view, not plain lines
     assert "[STATS] final" in out

@@ -66,7 +66,7 @@ def test_run_prints_the_funnel_and_records_its_sizes(lab: Lab, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert status == 0
     line = re.search(r"\[FUNNEL\] in=([\d,]+)/s → dirty=(\d+) fifo=(\d+) processing=(\d+) delayed=(\d+) → "
-                     r"out=([\d,]+)/s \| adds-absorbed=[\d.]+%", out)
+                     r"out=([\d,]+)/s \| absorbed-now=[\d.]+%", out)
     assert line is not None, out
     assert int(line.group(1).replace(",", "")) > 1000  # ~5,000 adds/s entering
     for sample in summary["timeline"]:
@@ -89,7 +89,7 @@ def test_every_counter_the_lab_prints_is_in_the_glossary(capsys: pytest.CaptureF
     printed = set(re.findall(r"([A-Za-z][\w.-]*)=", "\n".join(
         line for line in out.splitlines() if line.startswith(("[STATS]", "[FUNNEL]")))))
     printed -= {"in", "out", "t"}  # the funnel's arrows (adds/s, hand-outs/s) and the time label
-    assert {"enqueued", "adds-total", "dedup-noop", "rwp-marked", "processed", "rate-limited", "adds-absorbed",
+    assert {"enqueued", "adds-total", "deduplicated", "marked", "processed", "rate-limited", "absorbed", "absorbed-now",
             "queue.Len", "dirty", "fifo", "processing", "delayed"} <= printed
     for name in [*printed, "adds/s", "hand-outs/s"]:
         assert lookup(name) is not None, name
@@ -107,9 +107,9 @@ def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "workqueue_adds_total counts only the adds that made a key dirty" in " ".join(out.split())
     assert all(term.name in out for term in GLOSSARY)
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert main(["explain", "dedup-noop", "len"]) == 0
+    assert main(["explain", "deduplicated", "len"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("dedup-noop\n") and "queue.Len" in out and "workqueue_depth" in out
+    assert out.startswith("deduplicated\n") and "queue.Len" in out and "workqueue_depth" in out
     assert main(["explain", "nonsense"]) == 2
     assert "no entry 'nonsense'" in capsys.readouterr().out
     assert main(["run", "--help"]) == 0

@@ -19,7 +19,7 @@ def test_pipeline_live_view_in_a_terminal() -> None:
     status, out = run_in_pty(ARGS, columns=100, timeout=90)
     assert status == 0, out
     assert re.search(r"pipeline, [\d.]+m?s: [\d,]+ triggers \([\d,]+/s over the last second\)", out), out
-    for part in ("stage (last 500 samples)", "API write (/trigger → answer)", "write answered → informer handler",
+    for part in ("stage (last 500 samples)", "API write (/trigger → answer)", "write sent → informer handler",
                  "enqueue → worker Get", "reconcile", "the queue, over the last second:", "informer add()",
                  "DIRTY set", "FIFO", "PROCESSING", "held of 4 workers", "DELAYED"):
         assert part in out, part

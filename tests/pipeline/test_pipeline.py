@@ -102,7 +102,7 @@ def test_every_name_is_reconciled_after_its_last_trigger(pipelines: Callable[...
     bound = p.replay_bound()
     assert set(bound) == {"reconcile", "measured"}
     assert bound["reconcile"].n > 0 and 0 <= bound["reconcile"].above <= bound["reconcile"].n
-    report = p.report()
+    report = p.report(verbose=True)
     assert "replay, instant hand-offs, exact reconcile" in report and "no worker free" in report
 
 
@@ -288,12 +288,12 @@ def test_cli_run_with_built_in_load(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     out = tmp_path / "pipeline.json"
     code = main(["pipeline", "--backend", "memory", "--requests", "30", "--concurrency", "3", "--keys", "4",
-                 "--workers", "2", "--reconcile", "1ms", "--log-lines", "1", "--stats-interval", "0",
+                 "--workers", "2", "--reconcile", "1ms", "--log-lines", "1", "--stats-interval", "0", "--verbose",
                  "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0, text
     for marker in ("in a child process", "[TRIGGER] POST /trigger/obj-", "[ENQUEUE] key=default/obj-", "[WORKER-",
-                   "[STATS]", "/trigger reqs=30", "write answered → informer handler", "lost=0", "-> OK"):
+                   "[STATS]", "/trigger reqs=30", "write sent → informer handler", "lost=0", "-> OK"):
         assert marker in text
     data = json.loads(out.read_text())
     assert data["load"]["requests"] == 30 and data["load"]["errors"] == 0

@@ -17,14 +17,17 @@ from keyqueue._signals import recorded_signals
 from .etcd import EtcdStartError
 from .testserver import TestAPIServer
 
-__all__ = ["DESCRIPTION", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "SERVED", "add_arguments", "run"]
+
+SERVED = "ConfigMaps, Namespaces, Events, Leases, CustomResourceDefinitions and their custom resources"
+"""The resources the test server serves, as its description and banner name them."""
 
 DESCRIPTION = (
-    "A Kubernetes-API-compatible test server for a subset of resources (ConfigMaps, Namespaces), not "
-    "kube-apiserver. It stores objects in a real etcd started for this run (on free loopback ports, temp data dir) "
-    "the way kube-apiserver does, writes a kubeconfig to --kubeconfig, prints where it listens and serves until "
-    "SIGINT or SIGTERM, then stops the server and etcd. Server-side apply is answered with 415 Unsupported Media "
-    "Type: use client-side 'kubectl apply'."
+    f"A Kubernetes-API-compatible test server for a subset of resources ({SERVED}), not kube-apiserver. It stores "
+    "objects in a real etcd started for this run (on free loopback ports, temp data dir) the way kube-apiserver "
+    "does, writes a kubeconfig (to --kubeconfig, or a temporary file it names and deletes at the stop), prints "
+    "where it listens and serves until SIGINT or SIGTERM, then stops the server and etcd. Server-side apply is "
+    "answered with 415 Unsupported Media Type: use client-side 'kubectl apply'."
 )
 
 
@@ -51,8 +54,10 @@ def _seconds(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``apiserver`` options to ``parser`` (and set its description)."""
     parser.description = DESCRIPTION
-    parser.add_argument("--kubeconfig", required=True, type=Path,
-                        help="write a kubeconfig for the server to this path")
+    parser.epilog = None  # the lab's epilog is about its counters, which this server does not print
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="write a kubeconfig for the server to this path (default: a temporary file, printed "
+                             "at the start and deleted at the stop)")
     parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
                         help="storage: a real etcd started for this run (default) or in-memory")
     parser.add_argument("--port", type=_port, default=0, help="API server port on 127.0.0.1 (default: a free port)")
@@ -60,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", action="store_true", help="require a random bearer token (put in the kubeconfig)")
     parser.add_argument("--compaction-interval", type=_seconds, default=300.0, metavar="SECONDS",
                         help="compact storage this often, like kube-apiserver (default 300; 0 = never)")
+    parser.add_argument("--remove-kubeconfig", action="store_true",
+                        help="remove the kubeconfig when the server stops, and its directory if that is then empty "
+                             "(for a parent process that made the directory and may not outlive this server)")
     parser.add_argument("--stop-on-stdin-eof", action="store_true",
                         help="also stop when standard input reaches its end or the parent process exits (for a "
                              "parent process that owns this server)")
@@ -121,15 +129,15 @@ def run(args: argparse.Namespace) -> int:
             _abandon_on_force_exit.append(server.abandon)
             try:
                 server.start()
-                path = server.write_kubeconfig(args.kubeconfig)
+                path = server.write_kubeconfig(args.kubeconfig) if args.kubeconfig else server.kubeconfig_path
             except (EtcdStartError, OSError) as exc:  # FileNotFoundError (no etcd) is an OSError
                 server.stop()
                 print(f"apiserver: could not start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 return 2
             try:
                 etcd = f", etcd {server.etcd.client_url} (pid {server.etcd.pid})" if server.etcd is not None else ""
-                print("keyqueue test API server: a Kubernetes-API-compatible test server for a subset of resources "
-                      "(ConfigMaps, Namespaces), not kube-apiserver\n"
+                print(f"keyqueue test API server: a Kubernetes-API-compatible test server for a subset of "
+                      f"resources ({SERVED}), not kube-apiserver\n"
                       f"listening on {server.url} with {args.backend} storage{etcd}\n"
                       f"kubeconfig: {path}  (export KUBECONFIG={path})\n"
                       f"stop with Ctrl-C or SIGTERM", flush=True)
@@ -140,10 +148,19 @@ def run(args: argparse.Namespace) -> int:
                     print("stopping", flush=True)
             finally:
                 server.stop()
+                if getattr(args, "remove_kubeconfig", False):
+                    _remove_kubeconfig(path)
         finally:
             for timer in watchdog:
                 timer.cancel()
     return 0
+
+
+def _remove_kubeconfig(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+    with contextlib.suppress(OSError):  # only an empty directory goes
+        path.parent.rmdir()
 
 
 STOP_GRACE = 20.0  # seconds an orderly stop may take before the process exits anyway

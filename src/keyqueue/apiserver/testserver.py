@@ -65,7 +65,8 @@ def kubeconfig_text(server: str, *, ca_pem: bytes | None = None, token: str | No
 
 
 class TestAPIServer:
-    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces, Events and Leases (not kube-apiserver).
+    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces, Events, Leases, CustomResourceDefinitions
+    and their custom resources (not kube-apiserver).
 
     ``with TestAPIServer() as s:`` starts, in order: etcd on free loopback ports
     (unless ``backend="memory"``, a :class:`~.storage.Backend` instance, or an

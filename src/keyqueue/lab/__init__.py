@@ -4,9 +4,9 @@ The lab depends on keyqueue; nothing in keyqueue imports the lab. :mod:`keyqueue
 subcommands registered in :mod:`keyqueue.lab.commands`, each a module with ``add_arguments`` and ``run``: ``run``
 (:mod:`~keyqueue.lab.firehose_cli`, the default), ``dedup``, ``race`` (with ``--backend redis``:
 :mod:`~keyqueue.lab.race_redis`), ``backoff``, ``drain``, ``crash``, ``failover``, ``load``, ``explain`` (the
-glossary), ``pipeline`` (:mod:`~keyqueue.lab.pipeline_cli`); ``apiserver`` comes from :mod:`keyqueue.apiserver`.
-Helpers every subcommand shares are in :mod:`~keyqueue.lab.common`; matplotlib is reached through
-:mod:`~keyqueue.lab.plot` only.
+glossary), ``pipeline`` (:mod:`~keyqueue.lab.pipeline_cli`), ``redis`` (:mod:`~keyqueue.lab.redis_cli`);
+``apiserver`` comes from :mod:`keyqueue.apiserver`. Helpers every subcommand shares are in
+:mod:`~keyqueue.lab.common`; matplotlib is reached through :mod:`~keyqueue.lab.plot` only.
 
 The larger subcommands are split by concept under a common prefix: ``firehose`` (the run), ``firehose_log``,
 ``firehose_view``, ``firehose_cli``; ``pipeline`` (the :class:`~keyqueue.lab.pipeline.Pipeline`),

@@ -93,8 +93,11 @@ for _command in (
     Command(
         "apiserver",
         "keyqueue.apiserver.cli",
-        "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces) on etcd, not kube-apiserver",
+        "a Kubernetes-API-compatible test server (ConfigMaps, Namespaces, Events, Leases, CRDs) on etcd, not "
+        "kube-apiserver",
     ),
+    Command("redis", "keyqueue.lab.redis_cli", "a throwaway redis-server to share keyqueue.redis queues between "
+            "processes, until Ctrl-C"),
     Command("pipeline", "keyqueue.lab.pipeline_cli", "API write → watch → informer → queue → worker, timed per stage"),
     Command("load", "keyqueue.lab.load", "a bounded load generator against the pipeline's /trigger"),
     Command("explain", "keyqueue.lab.explain", "what every counter the lab prints means, and its Prometheus "

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_THREADS",
     "add_json_argument",
     "check_size",
+    "counted",
     "format_count",
     "format_duration",
     "format_percent",
@@ -84,6 +85,11 @@ def format_duration(seconds: float) -> str:
 def format_count(n: float) -> str:
     """``499506`` → ``499,506`` (floats are rounded to an integer first)."""
     return f"{round(n):,}"
+
+
+def counted(n: float, singular: str, plural: str | None = None) -> str:
+    """``1 key``, ``2 keys``, ``1,000 keys`` (``plural`` for words that do not just take an ``s``)."""
+    return f"{format_count(n)} {singular if round(n) == 1 else plural or singular + 's'}"
 
 
 def format_percent(fraction: float, digits: int = 1) -> str:

@@ -2,9 +2,9 @@
 (``keyqueue.metrics``, client-go's names) shows the same thing — or why none does.
 
 The one fact that surprises a dashboard reader: ``workqueue_adds_total`` counts only the adds that made a key
-dirty (``queued`` + ``rwp-marked``), not every ``add()`` call. In the default firehose 50,000 adds/s reach the
+dirty (``queued`` + ``marked``), not every ``add()`` call. In the default firehose 50,000 adds/s reach the
 queue and about 1,000/s of them make a key dirty, so the series' rate reads ~50x lower than the lab's ``adds/s``:
-the difference is exactly the ``dedup-noop`` adds, which change nothing and are counted by no series.
+the difference is exactly the ``deduplicated`` adds, which change nothing and are counted by no series.
 """
 
 from __future__ import annotations
@@ -31,19 +31,21 @@ GLOSSARY: tuple[Term, ...] = (
     Term("enqueued", "add() calls the lab's generator (or the pipeline's informer) made.",
          "none: client-go's metrics do not see adds that change nothing."),
     Term("adds-total", "adds the queue evaluated: the generator's plus delayed retries that fell due "
-         "(= queued + dedup-noop + rwp-marked + dropped).",
-         "none; not workqueue_adds_total, which counts only queued + rwp-marked."),
+         "(= queued + deduplicated + marked + dropped).",
+         "none; not workqueue_adds_total, which counts only queued + marked."),
     Term("queued", "adds that put a key that was not dirty into the FIFO.",
          "part of workqueue_adds_total."),
-    Term("dedup-noop", "adds of a key already dirty (waiting in the FIFO, or held and already re-added): "
+    Term("deduplicated", "adds of a key already dirty (waiting in the FIFO, or held and already re-added): "
          "nothing changes.",
          "none: this is why workqueue_adds_total's rate is far below the lab's adds/s."),
-    Term("rwp-marked", "requeue-while-processing: an add of a key a worker holds; the key becomes dirty and "
-         "done() puts it back in the FIFO once.",
+    Term("marked", "an add of a key a worker holds (client-go's requeue while processing): the key becomes "
+         "dirty and done() puts it back in the FIFO once.",
          "part of workqueue_adds_total and of workqueue_depth (a marked key counts in depth until its next get)."),
-    Term("adds-absorbed", "(dedup-noop + rwp-marked) / adds-total: the share of adds that did not lengthen the "
-         "FIFO.",
+    Term("absorbed", "(deduplicated + marked) / adds-total since the start: the share of adds that did not "
+         "lengthen the FIFO.",
          "1 - rate(workqueue_adds_total) / the lab's adds/s, roughly (marked adds are in both)."),
+    Term("absorbed-now", "the same share over the last interval only (the [FUNNEL] line, the live funnel).",
+         "as for absorbed, over that interval."),
     Term("processed", "done() calls: keys a worker finished, successfully or not.",
          "workqueue_work_duration_seconds_count."),
     Term("rate-limited", "the workers' add_rate_limited() calls after a failed reconcile (the delay is "

@@ -29,11 +29,20 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from keyqueue._procs import wait_or_kill
-from keyqueue.lab.common import add_json_argument, format_duration, human_stream, parse_duration, write_json
+from keyqueue._procs import die_with_parent, wait_or_kill
+from keyqueue._signals import recorded_signals
+from keyqueue.lab.common import (
+    EXIT_INTERRUPTED,
+    add_json_argument,
+    format_duration,
+    human_stream,
+    parse_duration,
+    write_json,
+)
 from keyqueue.leaderelection import Interval, find_overlaps
 
 __all__ = ["FailoverResult", "Term", "add_arguments", "run", "run_failover"]
@@ -43,17 +52,17 @@ _WAIT = 60.0  # seconds: bound of every wait for a replica (starting 3 on a busy
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=3, help="controller processes (default 3)")
-    parser.add_argument("--duration", type=parse_duration, default=8.0, help="length of the trigger load (8s)")
+    parser.add_argument("--duration", type=parse_duration, default=8.0, help="length of the trigger load (default 8s)")
     parser.add_argument("--kill-at", type=parse_duration, default=3.0,
-                        help="when to SIGKILL the leader, from the start of the load (3s)")
-    parser.add_argument("--rate", type=float, default=100.0, help="trigger writes per second (100)")
-    parser.add_argument("--names", type=int, default=30, help="ConfigMap names the triggers spread over (30)")
-    parser.add_argument("--work", type=parse_duration, default=0.002, help="simulated work per reconcile (2ms)")
-    parser.add_argument("--lease-duration", type=parse_duration, default=2.0, help="lease duration (2s)")
-    parser.add_argument("--renew-deadline", type=parse_duration, default=1.5, help="renew deadline (1.5s)")
-    parser.add_argument("--retry-period", type=parse_duration, default=0.5, help="retry period (0.5s)")
+                        help="when to SIGKILL the leader, from the start of the load (default 3s)")
+    parser.add_argument("--rate", type=float, default=100.0, help="trigger writes per second (default 100)")
+    parser.add_argument("--names", type=int, default=30, help="ConfigMap names the triggers spread over (default 30)")
+    parser.add_argument("--work", type=parse_duration, default=0.002, help="simulated work per reconcile (default 2ms)")
+    parser.add_argument("--lease-duration", type=parse_duration, default=2.0, help="lease duration (default 2s)")
+    parser.add_argument("--renew-deadline", type=parse_duration, default=1.5, help="renew deadline (default 1.5s)")
+    parser.add_argument("--retry-period", type=parse_duration, default=0.5, help="retry period (default 0.5s)")
     parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
-                        help="the API server's storage (default: a real etcd)")
+                        help="the API server's storage: a real etcd (default) or in-memory")
     parser.add_argument("--control", action="store_true",
                         help="replicas without leader election: every replica reconciles (the overlap check fails)")
     add_json_argument(parser)
@@ -159,6 +168,8 @@ class FailoverResult:
     lease_duration_s: float
     retry_period_s: float
     checks: dict[str, bool] = field(default_factory=dict)
+    triggers_asked: int = 0  #: rate × duration: the writes the load was to make
+    interrupted: bool = False  #: a signal stopped the scene; the result covers what ran
 
     @property
     def ok(self) -> bool:
@@ -166,10 +177,15 @@ class FailoverResult:
 
 
 class _Replicas:
-    def __init__(self, args: argparse.Namespace, kubeconfig: str, namespace: str, lease: str) -> None:
+    """The replica processes and the events they print; ``on_event(event)`` is called (from a reader thread) for
+    each one as it comes."""
+
+    def __init__(self, args: argparse.Namespace, kubeconfig: str, namespace: str, lease: str,
+                 on_event: Callable[[dict[str, Any]], None]) -> None:
         self.cond = threading.Condition()
         self.events: list[dict[str, Any]] = []
         self.procs: dict[str, subprocess.Popen[str]] = {}
+        self._on_event = on_event
         for i in range(1, args.replicas + 1):
             who = f"replica-{i}"
             cmd = [sys.executable, "-m", "keyqueue.lab", "failover", "--replica", who, "--kubeconfig", kubeconfig,
@@ -178,7 +194,11 @@ class _Replicas:
                    "--retry-period", str(args.retry_period)]
             if args.control:
                 cmd.append("--control")
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+            # In a process group of their own, a terminal's Ctrl-C reaches this process only, which stops them in
+            # order (close); they get SIGTERM if it dies (die_with_parent).
+            cmd, preexec = die_with_parent(cmd)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ), process_group=0,
+                                    preexec_fn=preexec)
             self.procs[who] = proc
             threading.Thread(target=self._read, args=(who, proc), daemon=True).start()
 
@@ -193,10 +213,18 @@ class _Replicas:
             with self.cond:
                 self.events.append(event)
                 self.cond.notify_all()
+            self._on_event(event)
 
-    def wait_for(self, predicate: Any, timeout: float = _WAIT) -> bool:
+    def wait_for(self, predicate: Any, timeout: float = _WAIT, received: list[int] | None = None) -> bool:
+        """Wait until ``predicate(events)`` holds (True), ``timeout`` passed or a signal was ``received`` (False)."""
+        deadline = time.monotonic() + timeout
         with self.cond:
-            return bool(self.cond.wait_for(lambda: predicate(self.events), timeout))
+            while not predicate(self.events):
+                left = deadline - time.monotonic()
+                if left <= 0 or received:
+                    return False
+                self.cond.wait(min(left, 0.1))
+            return True
 
     def leader(self) -> str | None:
         """The replica whose last started/stopped event is ``started`` (if any)."""
@@ -219,12 +247,13 @@ class _Replicas:
 
 
 def _trigger_load(api: Any, namespace: str, args: argparse.Namespace, last_rv: dict[str, int],
-                  stop_at: float) -> int:
-    """Write ConfigMaps round-robin at ``args.rate`` until ``stop_at`` (monotonic); returns the write count."""
+                  stop_at: float, stop: threading.Event) -> int:
+    """Write ConfigMaps round-robin at ``args.rate`` until ``stop_at`` (monotonic) or ``stop``; returns the write
+    count."""
     n = 0
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     next_at = time.monotonic()
-    while time.monotonic() < stop_at:
+    while time.monotonic() < stop_at and not stop.is_set():
         name = f"cm-{n % args.names}"
         body = {"data": {"seq": str(n)}}
         if n < args.names:
@@ -235,50 +264,94 @@ def _trigger_load(api: Any, namespace: str, args: argparse.Namespace, last_rv: d
         n += 1
         next_at += interval
         delay = next_at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        if delay > 0 and stop.wait(delay):
+            break
     return n
 
 
-def run_failover(args: argparse.Namespace) -> FailoverResult:
-    """Run the scene (see the module docstring) and return what it measured and checked."""
+def run_failover(args: argparse.Namespace, say: Callable[[str], None] | None = None,
+                 received: list[int] | None = None) -> FailoverResult | None:
+    """Run the scene (see the module docstring) and return what it measured and checked. ``say(line)`` is called
+    as things happen (from several threads). A signal number appended to ``received`` stops the scene: the load
+    stops, the replicas are stopped, and the result covers what ran (``interrupted``); ``None`` if that was
+    before the load started."""
     from kubernetes import client
 
     from keyqueue.apiserver import TestAPIServer
 
+    signals: list[int] = received if received is not None else []
+    tell = say if say is not None else (lambda line: None)
+
+    kill_times: list[float] = []  # the monotonic time of the kill, once it was sent
+
+    def on_event(event: dict[str, Any]) -> None:
+        who, kind = event["who"], event["event"]
+        if kind == "ready":
+            tell(f"failover: {who} is up (its informer synced; a warm standby until it leads)")
+        elif kind == "started":
+            after = f" ({format_duration(event['t'] - kill_times[0])} after the kill)" if kill_times else ""
+            tell(f"failover: {who} leads{after}")
+        elif kind == "stopped":
+            tell(f"failover: {who} stopped leading")
+        elif kind == "error":
+            tell(f"failover: {who}: {event.get('message', '')}")
+
     namespace, lease = f"failover-{uuid.uuid4().hex[:6]}", "failover-controller"
+    tell(f"failover: starting the test API server ({args.backend} storage) ...")
     with TestAPIServer(args.backend, unsafe_no_fsync=True) as server:
+        tell(f"failover: API server on {server.url}; starting {args.replicas} replicas ...")
         api_client: Any = server.api_client()
         api: Any = client.CoreV1Api(api_client)
         api.create_namespace({"metadata": {"name": namespace}})
-        replicas = _Replicas(args, str(server.kubeconfig_path), namespace, lease)
+        replicas = _Replicas(args, str(server.kubeconfig_path), namespace, lease, on_event)
         killed: str | None = None
         killed_at: float | None = None
         last_rv: dict[str, int] = {}
+        count = [0]
+        t0: float | None = None
         try:
-            ready = replicas.wait_for(lambda ev: sum(e["event"] == "ready" for e in ev) >= args.replicas)
+            ready = replicas.wait_for(lambda ev: sum(e["event"] == "ready" for e in ev) >= args.replicas,
+                                      received=signals)
+            if signals:
+                return None
             if not ready:
                 raise RuntimeError("the replicas did not start: " + str(replicas.events[-5:]))
-            if not args.control and not replicas.wait_for(lambda ev: any(e["event"] == "started" for e in ev)):
+            if not args.control and not replicas.wait_for(lambda ev: any(e["event"] == "started" for e in ev),
+                                                           received=signals):
+                if signals:
+                    return None
                 raise RuntimeError("no replica became leader")
             t0 = time.monotonic()
-            done = threading.Event()
-            count = [0]
+            done, stop = threading.Event(), threading.Event()
 
             def load() -> None:
                 try:
-                    count[0] = _trigger_load(api, namespace, args, last_rv, t0 + args.duration)
+                    count[0] = _trigger_load(api, namespace, args, last_rv, t0 + args.duration, stop)
                 finally:
                     done.set()
 
+            tell(f"failover: load: {args.rate:g} writes/s for {format_duration(args.duration)} over {args.names} "
+                 f"ConfigMaps; SIGKILL of the leader at {format_duration(args.kill_at)}")
             loader = threading.Thread(target=load, name="failover-load", daemon=True)
             loader.start()
-            if not done.wait(args.kill_at):
+            kill_at = t0 + args.kill_at
+            while not done.is_set() and not signals and time.monotonic() < kill_at:
+                done.wait(min(0.1, max(0.0, kill_at - time.monotonic())))
+            if not done.is_set() and not signals:
                 killed = replicas.leader() if not args.control else "replica-1"
                 if killed is not None:
                     killed_at = time.monotonic()
+                    kill_times.append(killed_at)
                     replicas.procs[killed].send_signal(signal.SIGKILL)
+                    tell(f"failover: SIGKILL {killed}" + ("" if args.control else " (the leader)") +
+                         f" at {killed_at - t0:.3f}s")
+            while not done.wait(0.1):
+                if signals:
+                    stop.set()
             loader.join()
+            asked = round(args.rate * args.duration)
+            short = f" of the {asked:,} asked for (the writes took longer than 1/rate)" if count[0] < asked else ""
+            tell(f"failover: load sent: {count[0]:,} writes{short}; waiting until every name is reconciled ...")
 
             def caught_up(ev: list[dict[str, Any]]) -> bool:
                 seen: dict[str, int] = {}
@@ -287,11 +360,16 @@ def run_failover(args: argparse.Namespace) -> FailoverResult:
                         seen[e["key"]] = max(seen.get(e["key"], 0), e["rv"])
                 return all(seen.get(k, 0) >= rv for k, rv in last_rv.items())
 
-            replicas.wait_for(caught_up, args.lease_duration + _WAIT)
+            replicas.wait_for(caught_up, args.lease_duration + _WAIT, received=signals)
         finally:
+            if signals:
+                tell(f"failover: {signal.Signals(signals[0]).name}: stopping the replicas ...")
             replicas.close()
             api_client.close()
-    return _summarise(args, replicas.events, t0, count[0], last_rv, killed, killed_at)
+    assert t0 is not None  # the load started: every earlier way out returned or raised
+    result = _summarise(args, replicas.events, t0, count[0], last_rv, killed, killed_at)
+    result.interrupted = bool(signals)
+    return result
 
 
 def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float, triggers: int,
@@ -309,8 +387,9 @@ def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float
         else:
             terms.append(Term(who, start - t0, None, "running"))
     terms.sort(key=lambda t: t.start)
-    reconciles: dict[str, int] = {}
-    after_kill: dict[str, int] = {}
+    everyone = [f"replica-{i}" for i in range(1, args.replicas + 1)]
+    reconciles: dict[str, int] = dict.fromkeys(everyone, 0)
+    after_kill: dict[str, int] = dict.fromkeys(everyone, 0) if killed_at is not None else {}
     seen: dict[str, int] = {}
     intervals: list[Interval] = []
     for e in events:
@@ -337,6 +416,7 @@ def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float
         overlap_examples=[f"{a.owner} {a.start - t0:.3f}-{a.end - t0:.3f}s / {b.owner} {b.start - t0:.3f}-"
                           f"{b.end - t0:.3f}s" for a, b in overlaps[:5]],
         lease_duration_s=args.lease_duration, retry_period_s=args.retry_period,
+        triggers_asked=round(args.rate * args.duration),
     )
     if not args.control:
         result.checks["failover"] = new_leader is not None
@@ -347,13 +427,19 @@ def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float
 
 def _print(result: FailoverResult, out: TextIO) -> None:
     mode = " (control: no leader election)" if result.control else ""
-    print(f"failover{mode}: {result.replicas} replicas, {result.triggers} triggers over {result.names} names",
-          file=out)
-    if result.terms:
+    asked = (f" of the {result.triggers_asked:,} asked for" if result.triggers < result.triggers_asked else "")
+    print(f"\nfailover{mode}: {result.replicas} replicas, {result.triggers:,} "
+          f"{'trigger' if result.triggers == 1 else 'triggers'}{asked} over {result.names} "
+          f"{'name' if result.names == 1 else 'names'}" + (" — interrupted" if result.interrupted else ""), file=out)
+    if not result.control:
         print("leadership timeline (seconds since the load started):", file=out)
         for t in result.terms:
             end = f"{t.end:7.3f}s" if t.end is not None else "    end"
             print(f"  {t.who:<10} {t.start:7.3f}s → {end}  ({t.ended_by})", file=out)
+        led = {t.who for t in result.terms}
+        for who in result.reconciles:
+            if who not in led:
+                print(f"  {who:<10} never led (a warm standby)", file=out)
     if result.killed is not None and result.killed_at_s is not None:
         print(f"SIGKILL {result.killed} at {result.killed_at_s:.3f}s", file=out)
     if result.no_leader_gap_s is not None:
@@ -385,9 +471,21 @@ def run(args: argparse.Namespace) -> int:
         print("keyqueue-lab failover: need --lease-duration > --renew-deadline > --retry-period > 0",
               file=sys.stderr)
         return 2
-    result = run_failover(args)
-    _print(result, human_stream(args))
+    out = human_stream(args)
+
+    def say(line: str) -> None:
+        with _out_lock:
+            print(line, file=out, flush=True)
+
+    with recorded_signals(signal.SIGINT, signal.SIGTERM) as received:
+        result = run_failover(args, say, received)
+    if result is None:
+        print("failover: interrupted before the load started; nothing to report", file=out, flush=True)
+        return EXIT_INTERRUPTED
+    _print(result, out)
     summary = asdict(result)
     summary["ok"] = result.ok
     write_json(args.json, summary)
+    if result.interrupted:
+        return EXIT_INTERRUPTED
     return 0 if result.ok else 1

@@ -131,8 +131,8 @@ class Sample:
         s, f = self.stats, self.funnel
         sizes = {} if f is None else {"dirty": f.dirty, "fifo": f.fifo, "processing": f.processing,
                                       "delayed": f.delayed}
-        return {"t": self.t, "enqueued": self.enqueued, "adds_total": s.adds, "dedup_noop": s.deduplicated,
-                "rwp_marked": s.marked, "processed": s.dones, "queue_len": self.queue_len,
+        return {"t": self.t, "enqueued": self.enqueued, "adds_total": s.adds, "deduplicated": s.deduplicated,
+                "marked": s.marked, "processed": s.dones, "queue_len": self.queue_len,
                 "rate_limited": self.rate_limited, **sizes}
 
     def rates_since(self, earlier: Sample) -> FunnelRates:
@@ -174,15 +174,15 @@ class FirehoseResult:
             "enqueued": self.enqueued,
             "adds_total": s.adds,
             "queued": s.queued,
-            "dedup_noop": s.deduplicated,
-            "rwp_marked": s.marked,
+            "deduplicated": s.deduplicated,
+            "marked": s.marked,
             "dropped": s.dropped,
             "redelivered": s.redelivered,
             "gets": s.gets,
             "processed": s.dones,
             "rate_limited": self.rate_limited,
             "retries_fired": s.fired,
-            "adds_absorbed": self.adds_absorbed,
+            "absorbed": self.adds_absorbed,
             "queue_len": self.queue_len,
             "violations": self.violations,
             "max_in_flight": self.max_in_flight,
@@ -257,9 +257,9 @@ def stats_line(sample: Sample, label: str) -> str:
     absorbed = (s.deduplicated + s.marked) / s.adds if s.adds else 0.0
     return (
         f"[STATS] {label} enqueued={format_count(sample.enqueued)} adds-total={format_count(s.adds)} "
-        f"dedup-noop={format_count(s.deduplicated)} rwp-marked={format_count(s.marked)} "
+        f"deduplicated={format_count(s.deduplicated)} marked={format_count(s.marked)} "
         f"processed={format_count(s.dones)} rate-limited={format_count(sample.rate_limited)} "
-        f"| adds-absorbed={format_percent(absorbed, 2)} queue.Len={sample.queue_len}"
+        f"| absorbed={format_percent(absorbed, 2)} queue.Len={sample.queue_len}"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from keyqueue.lab.common import (
     EXIT_INTERRUPTED,
     add_json_argument,
+    counted,
     format_count,
     format_duration,
     format_percent,
@@ -138,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
     mode = {"all": "every event of every key", "none": "only [STATS]",
             "follow": f"one cycle of {', '.join(config.follow)} every {format_duration(config.follow_every)}"}
     header = (
-        f"firehose: {format_count(config.rate)} adds/s onto {config.keys} keys for {format_duration(config.duration)}; "
-        f"{config.workers} workers hold each key {format_duration(config.work)}"
+        f"firehose: {format_count(config.rate)} adds/s onto {counted(config.keys, 'key')} for "
+        f"{format_duration(config.duration)}; {counted(config.workers, 'worker')} "
+        f"{'holds' if config.workers == 1 else 'hold'} each key {format_duration(config.work)}"
         + (f" ({config.slow_key}: {format_duration(config.slow_hold)})" if config.slow_key else "")
         + f", fail {format_percent(config.fail, 0)} → add_rate_limited; log: {mode[config.log]}"
     )

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from keyqueue.lab.common import format_count, format_duration, format_percent
+from keyqueue.lab.common import counted, format_count, format_duration, format_percent
 from keyqueue.lab.firehose import FirehoseConfig, FirehoseResult, Sample, stats_line
 from keyqueue.lab.funnel import funnel_text
 from keyqueue.lab.plot import pyplot
@@ -26,17 +26,20 @@ def format_summary(r: FirehoseResult) -> str:
     lines = [
         stats_line(final, "final"),
         f"generator: asked for {format_count(c.rate)} adds/s for {format_duration(c.duration)} "
-        f"({format_count(asked)} adds); delivered {format_count(r.enqueued)} adds in "
+        f"({counted(asked, 'add')}); delivered {counted(r.enqueued, 'add')} in "
         f"{format_duration(r.generator_elapsed_s)} = {format_count(r.delivered_rate)} adds/s "
         f"({format_percent(r.delivered_rate / c.rate)} of the requested rate)"
         + (" — interrupted" if r.interrupted else ""),
-        f"funnel: {format_count(s.adds)} adds reached the queue ({format_count(s.fired)} of them fired retries); "
-        f"{format_count(s.queued)} joined the FIFO, {format_count(s.deduplicated)} were no-ops, "
-        f"{format_count(s.marked)} marked a held key, {format_count(s.redelivered)} redeliveries",
-        f"workers: {format_count(s.gets)} hand-outs to {c.workers} workers ({per_handout}), "
-        f"{format_count(r.rate_limited)} failures sent to add_rate_limited; a key was started while "
-        f"another worker held it {r.violations} times (must be 0); at most {r.max_in_flight} keys in flight",
-        f"queue.Len when the generator stopped: {r.queue_len} (of {c.keys} keys) — it tracks distinct hot keys, "
+        f"funnel: {counted(s.adds, 'add')} reached the queue ({format_count(s.fired)} of them fired retries); "
+        f"{format_count(s.queued)} joined the FIFO, {format_count(s.deduplicated)} "
+        f"{'was a no-op' if s.deduplicated == 1 else 'were no-ops'}, {format_count(s.marked)} marked a held key, "
+        f"{counted(s.redelivered, 'redelivery', 'redeliveries')}",
+        f"workers: {counted(s.gets, 'hand-out')} to {counted(c.workers, 'worker')} ({per_handout}), "
+        f"{counted(r.rate_limited, 'failure')} sent to add_rate_limited; a key was started while "
+        f"another worker held it {counted(r.violations, 'time')} (must be 0); at most "
+        f"{counted(r.max_in_flight, 'key')} in flight",
+        f"queue.Len when the generator stopped: {r.queue_len} (of {counted(c.keys, 'key')}) — it tracks distinct "
+        "hot keys, "
         "not the event count; retries still scheduled at the end were dropped by the shutdown",
     ]
     return "\n".join(lines)
@@ -92,9 +95,9 @@ def live_view(stream: TextIO, config: FirehoseConfig) -> tuple[Any, Callable[[st
         for _ in range(4):
             grid.add_column(justify="right")
         grid.add_row("enqueued", format_count(sample.enqueued), "adds/s", format_count(sample.enqueued / t if t else 0))
-        grid.add_row("adds-total", format_count(s.adds), "dedup-noop", format_count(s.deduplicated))
-        grid.add_row("rwp-marked", format_count(s.marked), "processed", format_count(s.dones))
-        grid.add_row("rate-limited", format_count(sample.rate_limited), "adds-absorbed", format_percent(absorbed, 2))
+        grid.add_row("adds-total", format_count(s.adds), "deduplicated", format_count(s.deduplicated))
+        grid.add_row("marked", format_count(s.marked), "processed", format_count(s.dones))
+        grid.add_row("rate-limited", format_count(sample.rate_limited), "absorbed", format_percent(absorbed, 2))
         grid.add_row("queue.Len", str(sample.queue_len), "redelivered", format_count(s.redelivered))
         return Group(bar, Text("the funnel, over the last second:", style="bold"), funnel, grid)
 
@@ -147,7 +150,7 @@ def run_figure(result: FirehoseResult) -> Any:
     top.set_yscale("symlog", linthresh=10)
     top.set_ylabel("per second")
     top.set_title(
-        f"firehose: {c.rate:,.0f} adds/s onto {c.keys} keys, {c.workers} workers — "
+        f"firehose: {c.rate:,.0f} adds/s onto {counted(c.keys, 'key')}, {counted(c.workers, 'worker')} — "
         f"{result.adds_absorbed * 100:.2f}% of adds absorbed by the queue"
     )
     top.legend(loc="center right", fontsize="small")

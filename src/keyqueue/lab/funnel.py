@@ -64,7 +64,7 @@ def funnel_text(snap: QueueSnapshot, rates: FunnelRates, *, source: str = "gener
         f"  {source} add()  {_rate(rates.offered)} in"
         + (f"   (+ {_rate(rates.evaluated - rates.offered)} retries fired)"
            if rates.evaluated - rates.offered >= 0.5 else ""),
-        f"     │  {format_percent(rates.absorbed)} absorbed: {_rate(rates.deduplicated)} no-ops, "
+        f"     │  {format_percent(rates.absorbed, 2)} absorbed: {_rate(rates.deduplicated)} no-ops, "
         f"{_rate(rates.marked)} marked a held key",
         "     ▼",
         f"  DIRTY set      {format_count(snap.dirty):>9} keys   need work; "
@@ -83,9 +83,9 @@ def funnel_text(snap: QueueSnapshot, rates: FunnelRates, *, source: str = "gener
 
 
 def funnel_line(snap: QueueSnapshot, rates: FunnelRates) -> str:
-    """One line for logs: ``[FUNNEL] in=… → dirty=… fifo=… processing=… delayed=… → out=… | adds-absorbed=…``."""
+    """One line for logs: ``[FUNNEL] in=… → dirty=… fifo=… processing=… delayed=… → out=… | absorbed-now=…``."""
     return (
         f"[FUNNEL] in={_rate(rates.offered)} → dirty={format_count(snap.dirty)} fifo={format_count(snap.fifo)} "
         f"processing={format_count(snap.processing)} delayed={format_count(snap.delayed)} → "
-        f"out={_rate(rates.handed_out)} | adds-absorbed={format_percent(rates.absorbed)}"
+        f"out={_rate(rates.handed_out)} | absorbed-now={format_percent(rates.absorbed, 2)}"
     )

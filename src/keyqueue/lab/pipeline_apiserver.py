@@ -44,10 +44,11 @@ class ApiServerProcess:
         self._dir = owned_tempdir("keyqueue-pipeline-")  # also removes those of pipelines that were killed
         path = os.path.join(self._dir, "kubeconfig")
         cmd = [sys.executable, "-m", "keyqueue.apiserver", "--kubeconfig", path, "--backend", self.backend,
-               "--stop-on-stdin-eof"]
+               "--stop-on-stdin-eof", "--remove-kubeconfig"]
         # If this process dies without stopping the child, the child stops (and stops its etcd) twice over: the
         # kernel sends it SIGTERM (PR_SET_PDEATHSIG, see die_with_parent), and its stdin pipe, whose only writer is
-        # this process, reaches its end. The pipe alone would do; the signal is faster.
+        # this process, reaches its end. The pipe alone would do; the signal is faster. Stopping, it removes its
+        # kubeconfig and this directory, which would otherwise outlive a killed pipeline.
         cmd, preexec = die_with_parent(cmd)
         self.proc = child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              stderr=subprocess.STDOUT, text=True, preexec_fn=preexec,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 import time
 from dataclasses import asdict
+from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from keyqueue._signals import recorded_signals
 from keyqueue.lab.common import (
@@ -20,6 +23,7 @@ from keyqueue.lab.common import (
     MAX_THREADS,
     add_json_argument,
     check_size,
+    format_duration,
     human_stream,
     parse_duration,
     write_json,
@@ -37,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=4, help="reconciling worker threads (default 4)")
     parser.add_argument("--kubeconfig", default=None,
                         help="use this cluster instead of starting the test API server (ConfigMaps in 'default')")
+    parser.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DURATION",
+                        help="with --kubeconfig: how long to keep trying to reach the cluster (default 30s)")
     parser.add_argument("--backend", choices=("etcd", "memory"), default="etcd",
                         help="storage of the embedded test API server (default etcd)")
     parser.add_argument("--reconcile", type=parse_duration, default=0.002,
@@ -45,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run a built-in load of N requests, report and exit (default: serve until Ctrl-C)")
     parser.add_argument("--concurrency", type=int, default=10, help="built-in load concurrency (default 10)")
     parser.add_argument("--keys", type=int, default=20, help="built-in load: distinct names (default 20)")
+    parser.add_argument("--hot", type=int, default=3,
+                        help="built-in load: four requests in five go to the first HOT names, written again while "
+                             "the queue holds them, so that the queue's funnel shows; 0 = round robin (default 3)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="the whole stage table, with the scheduler's part of each hand-off and the replays")
     parser.add_argument("--load-in-process", action="store_true",
                         help="run the built-in load in threads of this process instead of a child process")
     parser.add_argument("--log-lines", type=int, default=10,
@@ -95,9 +106,14 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         check_size("--concurrency", args.concurrency, 1, MAX_THREADS)
         check_size("--requests", args.requests, 0, 10_000_000)
         check_size("--keys", args.keys, 1, 1_000_000)
+        check_size("--hot", args.hot, 0, args.keys)
     except ValueError as exc:
         print(f"pipeline: {exc}", file=out)
         return 2
+    if args.kubeconfig:
+        problem = _reach_cluster(args.kubeconfig, getattr(args, "connect_timeout", 30.0), received, out)
+        if problem is not None:
+            return problem
     cfg = PipelineConfig(port=args.port, workers=args.workers, backend=args.backend, kubeconfig=args.kubeconfig,
                          reconcile=args.reconcile, log_lines=args.log_lines, stats_interval=args.stats_interval,
                          unsafe_no_fsync=args.unsafe_no_fsync, apiserver_process=args.apiserver == "process",
@@ -150,7 +166,7 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
         print(pipeline.stats_line(), file=out)
         micro = microbench_queue()
         print("", file=out)
-        print(pipeline.report(micro, load, interrupted=interrupted), file=out)
+        print(pipeline.report(micro, load, interrupted=interrupted, verbose=args.verbose), file=out)
         if not settled:
             print("pipeline: some names were still not reconciled after 30 s", file=out)
         summary = pipeline.summary()
@@ -168,6 +184,66 @@ def _run(args: argparse.Namespace, received: list[int]) -> int:
     return EXIT_INTERRUPTED if interrupted else 0
 
 
+def _cluster_url(kubeconfig: str) -> str:
+    """The API server URL of the kubeconfig's current context; ``ValueError`` if the file cannot be used."""
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    conf = client.Configuration()
+    try:
+        load: Any = kube_config.load_kube_config
+        load(config_file=kubeconfig, client_configuration=conf)
+    except Exception as exc:  # the loader's errors have no common base: a missing file, bad YAML, no context ...
+        raise ValueError(f"--kubeconfig {kubeconfig}: {' '.join(str(exc).split())}") from None
+    return str(conf.host)
+
+
+def _unreachable(url: str, timeout: float) -> str | None:
+    """Why a TCP connection to the server of ``url`` fails (``None`` if it connects)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return "connection refused"
+    except TimeoutError:
+        return "no answer"
+    except socket.gaierror:
+        return f"unknown host {parts.hostname!r}"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def _reach_cluster(kubeconfig: str, timeout: float, received: list[int], out: TextIO) -> int | None:
+    """Wait until the kubeconfig's API server accepts connections: ``None`` then. If it does not at once, say so
+    once and keep trying quietly until ``timeout``: then 2, or 130 if a signal came first."""
+    try:
+        url = _cluster_url(kubeconfig)
+    except ValueError as exc:
+        print(f"pipeline: {exc}", file=out)
+        return 2
+    deadline = time.monotonic() + timeout
+    reason = _unreachable(url, min(1.0, timeout) or 1.0)
+    if reason is None:
+        return None
+    print(f"pipeline: cannot reach {url} ({reason}); trying again quietly for up to {format_duration(timeout)} "
+          "(Ctrl-C to stop)", file=out, flush=True)
+    while reason is not None:
+        if received:
+            print(f"pipeline: {signal.Signals(received[0]).name}: stopped before {url} answered", file=out)
+            return EXIT_INTERRUPTED
+        left = deadline - time.monotonic()
+        if left <= 0:
+            print(f"pipeline: could not start: cannot reach {url} ({reason}) within {format_duration(timeout)}",
+                  file=out)
+            return 2
+        time.sleep(min(0.2, left))
+        reason = _unreachable(url, max(0.05, min(1.0, deadline - time.monotonic())))
+    print(f"pipeline: {url} answers", file=out, flush=True)
+    return None
+
+
 def _run_load_until_signal(pipeline: Pipeline, args: argparse.Namespace, received: list[int]) -> LoadResult:
     """The built-in load (in a thread here, or a child process); a signal refuses new triggers and stops it."""
     stop = threading.Event()
@@ -176,10 +252,11 @@ def _run_load_until_signal(pipeline: Pipeline, args: argparse.Namespace, receive
     def go() -> None:
         try:
             if args.load_in_process:
-                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop))
+                results.append(run_load(pipeline.url, args.requests, args.concurrency, args.keys, stop=stop,
+                                        hot=args.hot))
             else:
                 results.append(run_load_subprocess(pipeline.url, args.requests, args.concurrency, args.keys,
-                                                   stop=stop))
+                                                   stop=stop, hot=args.hot))
         except BaseException as exc:
             results.append(exc)
 

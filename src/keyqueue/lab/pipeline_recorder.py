@@ -11,6 +11,7 @@ with the processes and threads that feed it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -51,11 +52,12 @@ class PipelineRecorder:
         self.out = out if out is not None else sys.stdout
         self.line_sink: Callable[[str], None] | None = None
         """Where log lines go instead of :attr:`out` while set (a live view prints them above itself)."""
-        self._out_lock = threading.Lock()
+        self._out_lock = threading.RLock()  # re-entered by _enqueue, which keeps an add and its line together
         self._lock = threading.Lock()  # all bookkeeping below
         self._cond = threading.Condition(self._lock)  # notified after every reconcile
         self._samples = Samples()
-        self._write_done: dict[tuple[str, int], int] = {}  # (key, rv) → ns the write's answer came (no event yet)
+        # (key, rv) → ns the write was sent and its answer came (no event yet)
+        self._write_done: dict[tuple[str, int], tuple[int, int]] = {}
         self._event_seen: dict[tuple[str, int], int] = {}  # (key, rv) → ns the handler ran (no write answer yet)
         # key → (ns of the add that queued it, a worker idle, the probe's CPU clocks at that add when a worker was free
         # for it, a worker free for it: more idle workers than keys already waiting)
@@ -90,6 +92,12 @@ class PipelineRecorder:
             self.print_line(line)
         elif n == limit + 1:
             self.print_line(f"{kind} ... (further {kind} lines suppressed; --log-lines -1 shows all)")
+
+    def _will_print(self, kind: str) -> bool:
+        """Whether the next ``kind`` line will be printed (or its "suppressed" note)."""
+        limit = self.config.log_lines
+        with self._lock:
+            return limit < 0 or (limit > 0 and self._log_counts.get(kind, 0) <= limit)
 
     def print_line(self, line: str) -> None:
         """Write ``line`` to :attr:`out`, or to :attr:`line_sink` while one is set (above a live view)."""
@@ -126,9 +134,10 @@ class PipelineRecorder:
             if seen is None:
                 if len(self._write_done) >= _MAX_UNMATCHED:
                     self._write_done.clear()
-                self._write_done[(key, rv)] = t_done
+                self._write_done[(key, rv)] = (t_api, t_done)
             else:
                 self._samples.write_to_event.append(seen - t_done)
+                self._samples.sent_to_event.append(seen - t_api)
             self._samples.handler.append(t_end - t_start)
 
     # -- informer handlers (informer thread) -----------------------------------------------------------------
@@ -166,25 +175,29 @@ class PipelineRecorder:
                         self._event_seen.clear()
                     self._event_seen[(key, rv)] = t_handler
                 else:
-                    delta = t_handler - written
-                    self._samples.write_to_event.append(delta)
+                    delta = t_handler - written[0]
+                    self._samples.sent_to_event.append(delta)
+                    self._samples.write_to_event.append(t_handler - written[1])
             mine = key not in self._pending_get
             if mine:
                 idle = self._active < self.config.workers
                 free = self.config.workers - self._active > waiting
                 self._pending_get[key] = (t_handler, idle, self.probe.cpu() if free else None, free)
-        t_add = time.perf_counter_ns()
-        result = queue.add(key)
-        t_added = time.perf_counter_ns()
-        with self._lock:
-            self._samples.add.append(t_added - t_add)
-            if result != AddResult.QUEUED and mine:
-                self._pending_get.pop(key, None)
         if delta is not None:
-            when = f"{format_duration(delta / 1e9)} after the write"
+            when = f"{format_duration(delta / 1e9)} after the write was sent"
         else:
             when = "(no matching /trigger write yet)" if kind in ("ADDED", "MODIFIED") and received else ""
-        self._log("[ENQUEUE]", f"[ENQUEUE] key={key} (informer: {kind}) {when}".rstrip())
+        # While this add's line is to be printed, the output stays this thread's from the add to the line, so that a
+        # worker's Get line for the key comes after it (the worker's measurement is taken before its line).
+        with self._out_lock if self._will_print("[ENQUEUE]") else contextlib.nullcontext():
+            t_add = time.perf_counter_ns()
+            result = queue.add(key)
+            t_added = time.perf_counter_ns()
+            with self._lock:
+                self._samples.add.append(t_added - t_add)
+                if result != AddResult.QUEUED and mine:
+                    self._pending_get.pop(key, None)
+            self._log("[ENQUEUE]", f"[ENQUEUE] key={key} (informer: {kind}) {when}".rstrip())
         if result == AddResult.MARKED:
             self._log("[REQUEUE-WHILE-PROCESSING]", f"[REQUEUE-WHILE-PROCESSING] key={key} a worker holds this key "
                                                     "— marked, redelivered once at Done()")
@@ -352,9 +365,10 @@ class PipelineRecorder:
         return self.verify().ok and (load is None or load.errors == 0)
 
     def report(self, micro: dict[str, float] | None = None, load: LoadResult | None = None, *,
-               interrupted: bool = False) -> str:
-        """The stage table (measured in this run) and the verification with the run's verdict
-        (:meth:`verdict` of ``load``: OK or FAILED; INTERRUPTED instead of OK when a signal cut the load short),
-        as text."""
+               interrupted: bool = False, verbose: bool = False) -> str:
+        """The stage table (measured in this run; ``verbose``: all of it) and the verification with the run's
+        verdict (:meth:`verdict` of ``load``: OK or FAILED; INTERRUPTED instead of OK when a signal cut the load
+        short), as text."""
         return format_report(self.stages(), self.replay_bound(), self.handoff_slices(), self.verify(),
-                             self.verdict(load), self._simulated_reconcile(), micro, load, interrupted=interrupted)
+                             self.verdict(load), self._simulated_reconcile(), micro, load, interrupted=interrupted,
+                             verbose=verbose)

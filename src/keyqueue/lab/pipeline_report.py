@@ -32,13 +32,15 @@ class Verification:
 
 def format_report(st: dict[str, StageStats], bound: dict[str, StageStats], slices: dict[str, float],
                   v: Verification, ok: bool, reconcile: float | None, micro: dict[str, float] | None = None,
-                  load: LoadResult | None = None, *, interrupted: bool = False) -> str:
+                  load: LoadResult | None = None, *, interrupted: bool = False, verbose: bool = False) -> str:
     """The stage table (``st``: :func:`~keyqueue.lab.pipeline_stages.stage_stats`, ``bound``:
     :func:`~keyqueue.lab.pipeline_stages.replay_bound`, ``slices``:
     :func:`~keyqueue.lab.pipeline_stages.slice_summary`, ``micro``:
     :func:`~keyqueue.lab.pipeline_stages.microbench_queue`) and the verification ``v`` with the run's verdict
     (``ok``: OK or FAILED; INTERRUPTED instead of OK when a signal cut the load short), as text. ``reconcile``: the
-    simulated reconcile's seconds (``None``: a custom reconcile function)."""
+    simulated reconcile's seconds (``None``: a custom reconcile function). Without ``verbose`` the table keeps the
+    path and its hand-offs; the parts of each stage (the handler, the watch chunk, the write's answer against its
+    event, which can come second), the scheduler's share of a hand-off and the replays need ``verbose``."""
 
     def f(x: float) -> str:
         return "-" if math.isnan(x) else format_duration(x)
@@ -54,38 +56,45 @@ def format_report(st: dict[str, StageStats], bound: dict[str, StageStats], slice
     def over(s: StageStats) -> str:
         return f"{s.above / s.n:.0%} wait > {f(ENQUEUE_TO_GET_GOAL_NS / 1e9)}" if s.n else ""
 
-    rows: list[tuple[str, StageStats | None, str]] = [
-        ("API write (/trigger → API server → answer)", st["api_write"], "client call in the trigger handler"),
-        ("  /trigger handler, whole", st["trigger_handler"], ""),
-        ("write answered → informer handler", st["write_to_informer"],
-         f"{st['write_to_informer'].negative} events came before the write's answer (negative)"),
-        ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update"),
-        ("queue add (call)", st["queue_add"], ""),
-        ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key"),
-        ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "fewer reconciles running than workers"),
+    free_note = "more idle workers than keys waiting" + ("; split up below (means add up)" if verbose else "")
+    # (label, stage, note, shown without verbose)
+    rows: list[tuple[str, StageStats | None, str, bool]] = [
+        ("API write (/trigger → API server → answer)", st["api_write"], "client call in the trigger handler", True),
+        ("  /trigger handler, whole", st["trigger_handler"], "", False),
+        ("write sent → informer handler", st.get("write_sent_to_informer"),
+         "the write, etcd, the watch, the informer", True),
+        ("  write answered → informer handler", st["write_to_informer"],
+         f"{st['write_to_informer'].negative} events came before the write's answer (negative)", False),
+        ("  watch chunk read → handler", st["watch_chunk_to_handler"], "JSON decode + cache update", False),
+        ("queue add (call)", st["queue_add"], "", True),
+        ("enqueue → worker Get", st["enqueue_to_get"], "all adds that queued a key", True),
+        ("  … with a worker idle at the add", st["enqueue_to_get_idle"], "fewer reconciles running than workers",
+         False),
         ("  … a worker free for it at the add", st["enqueue_to_get_free"],
-         f"{share(st['enqueue_to_get_free'])}: more idle workers than keys waiting; split up below (means add up)"),
-        ("    trigger loop thread on a core meanwhile", st["handoff_loop"], mean(st["handoff_loop"])),
-        ("    informer thread on a core meanwhile", st["handoff_informer"], mean(st["handoff_informer"])),
-        ("    other threads here (the worker too)", st["handoff_others"], mean(st["handoff_others"])),
+         f"{share(st['enqueue_to_get_free'])}: {free_note}", True),
+        ("    trigger loop thread on a core meanwhile", st["handoff_loop"], mean(st["handoff_loop"]), False),
+        ("    informer thread on a core meanwhile", st["handoff_informer"], mean(st["handoff_informer"]), False),
+        ("    other threads here (the worker too)", st["handoff_others"], mean(st["handoff_others"]), False),
         ("    no thread of this process on a core", st["handoff_idle"], mean(st["handoff_idle"]) +
-         " (kernel wake-up, other processes)"),
-        ("    worker runnable, waiting for a core", st["handoff_runqueue"], mean(st["handoff_runqueue"])),
+         " (kernel wake-up, other processes)", False),
+        ("    worker runnable, waiting for a core", st["handoff_runqueue"], mean(st["handoff_runqueue"]), False),
         ("  … no worker free: waits for a reconcile", st["enqueue_to_get_busy"],
-         f"{share(st['enqueue_to_get_busy'])}: every idle worker had a key waiting already"),
-        *((f"  replay, instant hand-offs, {label}", bound[name], f"the same adds; {over(bound[name])}")
+         f"{share(st['enqueue_to_get_busy'])}: every idle worker had a key waiting already", True),
+        *((f"  replay, instant hand-offs, {label}", bound[name], f"the same adds; {over(bound[name])}", False)
           for name, label in (("reconcile", "exact reconcile"), ("measured", "measured busy"))
           if name in bound),
-        ("queue done (call)", st["queue_done"], ""),
-        ("worker busy per key (get → next get)", st["worker_busy"], "the reconcile and the worker's turnaround"),
+        ("queue done (call)", st["queue_done"], "", True),
+        ("worker busy per key (get → next get)", st["worker_busy"], "the reconcile and the worker's turnaround",
+         True),
         ("reconcile", st["reconcile"],
-         "simulated: sleep " + format_duration(reconcile) if reconcile is not None else "custom"),
+         "simulated: sleep " + format_duration(reconcile) if reconcile is not None else "custom", True),
     ]
     lines = [f"{'stage':<44} {'median':>9} {'p95':>9} {'p99':>9} {'n':>7}  note", "-" * 100]
-    for label, s, note in rows:
-        assert s is not None
-        lines.append(f"{label:<44} {f(s.p50):>9} {f(s.p95):>9} {f(s.p99):>9} {s.n:>7}  {note}")
-    if slices:
+    for label, s, note, default in rows:
+        if s is None or not (default or verbose):
+            continue
+        lines.append(f"{label:<44} {f(s.p50):>9} {f(s.p95):>9} {f(s.p99):>9} {s.n:>7}  {note}".rstrip())
+    if slices and verbose:
         label = "    worker put on a core, per woken get"
         lines.append(f"{label:<44} {slices['p50']:>9.0f} {slices['p95']:>9.0f} {'':>9} {slices['n']:>7.0f}  "
                      f"times; mean {slices['mean']:.2f}, {slices['once']:.0%} once (the GIL free at its first try)")
@@ -93,6 +102,8 @@ def format_report(st: dict[str, StageStats], bound: dict[str, StageStats], slice
         lines.append(f"{'queue add+get+done, one thread (microbench)':<44} {f(micro['cycle']):>9} "
                      f"{'':>9} {'':>9} {'':>7}  add {f(micro['add'])}, get {f(micro['get'])}, "
                      f"done {f(micro['done'])}; measured now")
+    if not verbose:
+        lines.append("(--verbose adds the stages' parts, the scheduler's share of each hand-off and the replays)")
     lines.append("")
     failed = f" | failed requests={load.errors}" if load is not None else ""
     lines.append(f"verification: {v.names} names, {v.triggers} triggers, {v.reconciles} reconciles | "
@@ -111,8 +122,8 @@ def format_stats_line(st: QueueStats, queue_len: int, stage: StageStats, trigger
     def ms(x: float) -> str:
         return "-" if math.isnan(x) else f"{x * 1e3:.2f}ms"
 
-    return (f"[STATS] events={events:,} adds={st.adds:,} queued={st.queued:,} dedup-noop={st.deduplicated:,} "
-            f"rwp-marked={st.marked:,} reconciles={reconciles:,} queue.len={queue_len} "
+    return (f"[STATS] events={events:,} adds={st.adds:,} queued={st.queued:,} deduplicated={st.deduplicated:,} "
+            f"marked={st.marked:,} reconciles={reconciles:,} queue.len={queue_len} "
             f"unreconciled-names={lost} | /trigger reqs={triggers:,} p50={ms(stage.p50)} p95={ms(stage.p95)} "
             f"p99={ms(stage.p99)}")
 

@@ -63,6 +63,7 @@ class Samples:
     api: list[int] = field(default_factory=list)
     handler: list[int] = field(default_factory=list)
     write_to_event: list[int] = field(default_factory=list)
+    sent_to_event: list[int] = field(default_factory=list)
     chunk_to_handler: list[int] = field(default_factory=list)
     add: list[int] = field(default_factory=list)
     enqueue_to_get: list[int] = field(default_factory=list)
@@ -77,6 +78,7 @@ class Samples:
         """The sample lists by stage name (the lists themselves, not copies), with the queue's ``done`` call times
         and the workers' busy times (kept by :class:`TimedQueue`)."""
         return {"api_write": self.api, "trigger_handler": self.handler, "write_to_informer": self.write_to_event,
+                "write_sent_to_informer": self.sent_to_event,
                 "watch_chunk_to_handler": self.chunk_to_handler, "queue_add": self.add,
                 "enqueue_to_get": self.enqueue_to_get, "enqueue_to_get_idle": self.enqueue_to_get_idle,
                 "enqueue_to_get_free": self.enqueue_to_get_free, "enqueue_to_get_busy": self.enqueue_to_get_busy,

@@ -25,7 +25,7 @@ RECENT = 500  #: the live stage table shows percentiles of each stage's last thi
 
 _STAGES = (
     ("API write (/trigger → answer)", "api_write"),
-    ("write answered → informer handler", "write_to_informer"),
+    ("write sent → informer handler", "write_sent_to_informer"),
     ("queue add (call)", "queue_add"),
     ("enqueue → worker Get", "enqueue_to_get"),
     ("reconcile", "reconcile"),

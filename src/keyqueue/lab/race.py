@@ -12,6 +12,7 @@ thread under the GIL, and even the control would report (nearly) zero.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import queue as stdlib_queue
 import threading
@@ -95,6 +96,7 @@ class RaceProgress:
     adds_total: int  #: add calls the run will make
     reconciles: int
     violations: int
+    draining: bool = False  #: every add was made; the workers are working off what is queued
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,7 @@ class RaceResult:
     violations: int  #: a worker started a key another worker was holding
     elapsed_s: float  #: from the start signal until every worker stopped
     interrupted: bool = False  #: Ctrl-C stopped the producers early; ``adds`` counts the adds really made
+    dropped: int = 0  #: entries still queued when Ctrl-C came, dropped unworked so that the run stops at once
 
     @property
     def control(self) -> bool:
@@ -169,11 +172,11 @@ def run_race(
     offset, and lets other threads run (``time.sleep(0)``) after every ``yield_every`` adds (0: never) — without
     that, under the GIL, eight tight producer loops finish before the workers get going and the run measures
     little concurrency. ``on_progress`` is called from the calling thread every ``progress_every`` seconds
-    while the producers run. Ctrl-C (``KeyboardInterrupt`` in the calling thread) stops the producers at their
-    next yield point (or within 1,024 adds), lets the workers finish what is queued and returns the result with
-    ``interrupted=True``. Raises ``ValueError`` for sizes out of range (threads at most
-    :data:`~keyqueue.lab.common.MAX_THREADS`) or a negative hold, ``TimeoutError`` if the run does not end
-    within ``timeout`` seconds.
+    until the workers stop (``draining`` once every add was made). Ctrl-C (``KeyboardInterrupt`` in the calling
+    thread) stops the producers at their next yield point (or within 1,024 adds), drops what is still queued
+    (``dropped``), lets each worker finish the key it holds and returns the result with ``interrupted=True``.
+    Raises ``ValueError`` for sizes out of range (threads at most :data:`~keyqueue.lab.common.MAX_THREADS`) or a
+    negative hold, ``TimeoutError`` if the run does not end within ``timeout`` seconds.
     """
     if queue_kind not in ("keyqueue", "control"):
         raise ValueError(f"queue_kind must be 'keyqueue' or 'control', got {queue_kind!r}")
@@ -254,10 +257,13 @@ def run_race(
     deadline = time.monotonic() + timeout
     start_gate.wait(timeout)
     started = time.perf_counter()
-    interrupted = False
-    try:
-        next_progress = started + progress_every
-        for t in producer_threads:
+    next_progress = started + progress_every
+    draining = False
+
+    def follow(threads: list[threading.Thread]) -> None:
+        """Join ``threads`` (bounded by the deadline), reporting progress meanwhile."""
+        nonlocal next_progress
+        for t in threads:
             while t.is_alive() and time.monotonic() < deadline:
                 t.join(max(0.0, min(deadline - time.monotonic(), next_progress - time.perf_counter())))
                 if time.perf_counter() < next_progress:
@@ -265,7 +271,27 @@ def run_race(
                 next_progress += progress_every
                 if on_progress is not None:
                     on_progress(RaceProgress(time.perf_counter() - started, sum(made), adds, sum(reconciles),
-                                             detector.violations))
+                                             detector.violations, draining))
+
+    def drop_queued() -> int:
+        """Ctrl-C: the entries still queued are dropped, so that the workers stop after the key they hold."""
+        dropped = 0
+        if queue_kind == "keyqueue":
+            dropped = len(kq)
+            kq.shut_down()
+            return dropped
+        with contextlib.suppress(stdlib_queue.Empty):
+            while True:
+                if cq.get_nowait() is not None:
+                    dropped += 1
+        for _ in range(workers):
+            cq.put(None)
+        return dropped
+
+    interrupted = False
+    dropped = 0
+    try:
+        follow(producer_threads)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
@@ -273,20 +299,23 @@ def run_race(
             t.join(max(0.0, deadline - time.monotonic()))
     if any(t.is_alive() for t in producer_threads):
         raise TimeoutError(f"race: producers did not finish within {timeout} s")
-    if queue_kind == "keyqueue":
-        try:
-            drained = kq.shut_down_with_drain(max(0.0, deadline - time.monotonic()))
-        except KeyboardInterrupt:  # a second Ctrl-C: drop what is still queued
-            interrupted, drained = True, True
-            kq.shut_down()
-        if not drained:
-            kq.shut_down()
-            raise TimeoutError(f"race: the queue did not drain within {timeout} s")
-    else:
-        for _ in range(workers):
-            cq.put(None)
-    for t in worker_threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    try:
+        if interrupted:
+            dropped = drop_queued()
+        elif queue_kind == "keyqueue":
+            draining = True
+            if not kq.shut_down_with_drain(max(0.0, deadline - time.monotonic())):
+                kq.shut_down()
+                raise TimeoutError(f"race: the queue did not drain within {timeout} s")
+        else:
+            draining = True
+            for _ in range(workers):
+                cq.put(None)
+        follow(worker_threads)
+    except KeyboardInterrupt:  # while the workers work off what is queued
+        interrupted = True
+        dropped = drop_queued()
+        follow(worker_threads)
     if any(t.is_alive() for t in worker_threads):
         raise TimeoutError(f"race: workers did not stop within {timeout} s")
     elapsed = time.perf_counter() - started
@@ -304,6 +333,7 @@ def run_race(
         violations=detector.violations,
         elapsed_s=elapsed,
         interrupted=interrupted,
+        dropped=dropped,
     )
 
 
@@ -319,6 +349,8 @@ def format_result(r: RaceResult) -> str:
         ("collapse ratio", f"{r.collapse:.1f}× (adds per reconcile)" if r.reconciles else "- (no reconcile)"),
         ("max distinct keys in flight", f"{r.max_in_flight} (workers={r.workers})"),
         ("same-key violations", f"{format_count(r.violations)}   ← {mark}"),
+        *([("dropped at Ctrl-C", f"{format_count(r.dropped)} queued entries, never worked on")]
+          if r.interrupted else []),
         ("hold per reconcile", f"{format_duration(r.hold_s)} (time.sleep: releases the GIL)"),
         ("producers yield", f"every {r.yield_every} adds" if r.yield_every else "never"),
         ("elapsed", format_duration(r.elapsed_s)),
@@ -377,9 +409,10 @@ def run(args: argparse.Namespace) -> int:
         return run_from_args(args, out)
 
     def progress(p: RaceProgress) -> None:
-        print(f"race: {format_duration(p.elapsed_s)}: {format_count(p.adds)} of {format_count(p.adds_total)} adds, "
-              f"{format_count(p.reconciles)} reconciles, {format_count(p.violations)} violations so far",
-              file=out, flush=True)
+        adds = (f"all {format_count(p.adds_total)} adds made, workers draining the queue" if p.draining
+                else f"{format_count(p.adds)} of {format_count(p.adds_total)} adds")
+        print(f"race: {format_duration(p.elapsed_s)}: {adds}, {format_count(p.reconciles)} reconciles, "
+              f"{format_count(p.violations)} violations so far", file=out, flush=True)
 
     try:
         check_race(workers=args.workers, keys=args.keys, producers=args.producers, adds=args.adds, hold=args.hold,

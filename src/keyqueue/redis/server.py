@@ -65,11 +65,12 @@ class RedisServer:
     ``with RedisServer() as server: ... server.url`` (``redis://127.0.0.1:PORT``). :meth:`start` blocks until
     the server answers ``PING`` (up to ``startup_timeout`` s; raises :class:`RedisStartError` with its log tail).
     :meth:`stop` terminates it (SIGKILL after 10 s) and deletes the directory; it always runs on ``with`` exit.
-    ``appendonly=True`` turns on the append-only file with ``appendfsync`` (``"always"``: no acknowledged write
-    is lost on a crash; ``"everysec"``: up to about a second). :meth:`kill` and :meth:`restart` (same port, same
-    directory, so the AOF is replayed) are for fault tests. No RDB snapshots are written; ``hz`` is 100
-    (blocking timeouts are served within 10 ms rather than Redis's default 100 ms). The server gets SIGTERM
-    if the process that started it (from its main thread) dies.
+    ``port``: a port of one's choice instead of a free one. ``appendonly=True`` turns on the append-only file with
+    ``appendfsync`` (``"always"``: no acknowledged write is lost on a crash; ``"everysec"``: up to about a second).
+    :meth:`kill` and :meth:`restart` (same port, same directory, so the AOF is replayed) are for fault tests. No RDB
+    snapshots are written; ``hz`` is 100 (blocking timeouts are served within 10 ms rather than Redis's default
+    100 ms). The server gets SIGTERM if the process that started it (from its main thread) dies; it runs in a
+    process group of its own, so a terminal's Ctrl-C reaches only that process, which stops it.
     """
 
     __test__ = False  # not a pytest test class
@@ -81,16 +82,20 @@ class RedisServer:
         appendfsync: str = "everysec",
         startup_timeout: float = 10.0,
         binary: str | None = None,
+        port: int | None = None,
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be 'always', 'everysec' or 'no', got {appendfsync!r}")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= 65535):
+            raise ValueError(f"port must be within 1..65535 or None (a free port), got {port!r}")
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.startup_timeout = startup_timeout
         self._binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: str | None = None
-        self._port: int | None = None
+        self._port: int | None = port
+        self._fixed_port = port is not None
 
     @property
     def port(self) -> int:
@@ -112,6 +117,10 @@ class RedisServer:
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    def running(self) -> bool:
+        """True while the server process started last has not exited."""
+        return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> Self:
         """Start the server (a new directory and port the first time; the same ones after :meth:`kill`)."""
@@ -135,9 +144,11 @@ class RedisServer:
             "--daemonize", "no", "--logfile", os.path.join(self._dir, "redis.log"), "--databases", "1", "--hz", "100",
         ]
         command, preexec = die_with_parent(args)
+        # In a process group of its own: a terminal's Ctrl-C goes to the program that started it, which stops it
+        # in order (stop), not to redis-server as well.
         self._proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=preexec,
+            preexec_fn=preexec, process_group=0,
         )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -184,7 +195,8 @@ class RedisServer:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-        self._port = None
+        if not self._fixed_port:
+            self._port = None
 
     def __enter__(self) -> Self:
         return self.start()
