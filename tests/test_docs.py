@@ -64,6 +64,21 @@ def test_an_included_program_runs(program: str) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+TESTING_GUIDE = DOCS / "guide" / "testing.md"
+TESTING_GUIDE_BLOCKS = [block for page, block in _inline_blocks() if page == TESTING_GUIDE]
+
+
+def test_the_testing_guide_has_inline_examples() -> None:
+    assert len(TESTING_GUIDE_BLOCKS) >= 2  # eventually, and the queue with a fake clock
+
+
+@pytest.mark.parametrize("number", range(len(TESTING_GUIDE_BLOCKS)))
+def test_the_testing_guides_inline_examples_run(number: int) -> None:
+    """The testing guide promises that every example on it runs: the programs it includes (run above), and these."""
+    block = TESTING_GUIDE_BLOCKS[number]
+    exec(compile(block, f"{TESTING_GUIDE}:block{number}", "exec"), {"__name__": "docs_example"})
+
+
 def _shown_names() -> set[str]:
     names = set()
     for page in PAGES:
