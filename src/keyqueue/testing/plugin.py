@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -43,19 +43,19 @@ def pytest_configure(config: pytest.Config) -> None:
     kube_backend(config)  # a wrong ini value is a usage error at once, not an error in the first test using it
 
 
-def kube_backend(config: pytest.Config) -> str:
+def kube_backend(config: pytest.Config) -> Literal["memory", "etcd"]:
     """The backend the ``kube_apiserver`` fixture uses: ``--kube-backend``, else the ini option ``kube_backend``.
 
     ``pytest.UsageError`` for an ini value other than ``memory`` or ``etcd`` (the command line's choices are
     checked by its parser).
     """
     chosen = config.getoption("kube_backend")
-    if chosen is not None:
-        return str(chosen)
-    value = str(config.getini("kube_backend")).strip()
-    if value not in BACKENDS:
-        raise pytest.UsageError(f"ini option kube_backend must be one of {', '.join(BACKENDS)}, got {value!r}")
-    return value
+    value = str(chosen if chosen is not None else config.getini("kube_backend")).strip()
+    if value == "memory":
+        return "memory"
+    if value == "etcd":
+        return "etcd"
+    raise pytest.UsageError(f"ini option kube_backend must be one of {', '.join(BACKENDS)}, got {value!r}")
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +70,7 @@ def kube_apiserver(pytestconfig: pytest.Config) -> Iterator[TestAPIServer]:
     """
     from keyqueue.apiserver import TestAPIServer
 
-    with TestAPIServer(kube_backend(pytestconfig)) as server:  # type: ignore[arg-type]  # checked: memory or etcd
+    with TestAPIServer(kube_backend(pytestconfig)) as server:
         yield server
 
 
