@@ -54,6 +54,6 @@ def test_annotates_every_configmap(kube_api_client: client.ApiClient, kube_names
         async def all_annotated() -> bool:
             return await annotations() == {"cm-0": "1", "cm-1": "2", "cm-2": "3"}
 
-        await aeventually(all_annotated, timeout=10)
+        await aeventually(all_annotated, timeout=30)
 
     asyncio.run(asyncio.wait_for(run_controller_and(kube_api_client, kube_namespace, scenario), 60))

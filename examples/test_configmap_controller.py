@@ -58,9 +58,9 @@ def test_annotates_every_configmap(controller: keyqueue.Controller[str], kube_ap
         cm = api.read_namespaced_config_map("a", kube_namespace)
         return (cm.metadata.annotations or {}).get(ANNOTATION)
 
-    assert eventually(annotation) == "2"
+    assert eventually(annotation, timeout=30) == "2"
     api.patch_namespaced_config_map("a", kube_namespace, {"data": {"z": "3"}})  # a merge patch adds a key
-    eventually(lambda: annotation() == "3")
+    eventually(lambda: annotation() == "3", timeout=30)
 
 
 def test_a_configmap_without_data_gets_zero(controller: keyqueue.Controller[str], kube_api_client: client.ApiClient,
@@ -73,4 +73,4 @@ def test_a_configmap_without_data_gets_zero(controller: keyqueue.Controller[str]
         assert (cm.metadata.annotations or {}).get(ANNOTATION) == "0", cm.metadata.annotations
         return True
 
-    eventually(check, timeout=10)
+    eventually(check, timeout=30)

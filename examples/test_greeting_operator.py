@@ -97,10 +97,10 @@ def test_status_follows_the_spec(operator: Operator, kube_namespace: str) -> Non
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Greeting", "metadata": {"name": "bob"},
             "spec": {"name": "Bob"}}
     api.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, body)
-    eventually(lambda: get(api, kube_namespace, "bob").get("status") == {"message": "Hello, Bob!"})
+    eventually(lambda: get(api, kube_namespace, "bob").get("status") == {"message": "Hello, Bob!"}, timeout=30)
     assert get(api, kube_namespace, "bob")["metadata"]["finalizers"] == [FINALIZER]
     api.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "bob", {"spec": {"name": "Robert"}})
-    eventually(lambda: get(api, kube_namespace, "bob").get("status") == {"message": "Hello, Robert!"})
+    eventually(lambda: get(api, kube_namespace, "bob").get("status") == {"message": "Hello, Robert!"}, timeout=30)
 
 
 def test_deletion_waits_for_the_cleanup(operator: Operator, kube_namespace: str) -> None:
@@ -108,7 +108,7 @@ def test_deletion_waits_for_the_cleanup(operator: Operator, kube_namespace: str)
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Greeting", "metadata": {"name": "alice"},
             "spec": {"name": "Alice"}}
     api.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, body)
-    eventually(lambda: FINALIZER in get(api, kube_namespace, "alice")["metadata"].get("finalizers", []))
+    eventually(lambda: FINALIZER in get(api, kube_namespace, "alice")["metadata"].get("finalizers", []), timeout=30)
     api.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "alice")
 
     def gone() -> bool:
@@ -118,7 +118,7 @@ def test_deletion_waits_for_the_cleanup(operator: Operator, kube_namespace: str)
             return exc.status == 404
         return False
 
-    eventually(gone)
+    eventually(gone, timeout=30)
     assert operator.cleaned == [f"{kube_namespace}/alice"]
 
 

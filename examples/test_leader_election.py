@@ -25,8 +25,10 @@ class Replica:
         self.reconciled: list[str] = []
         self.lock = threading.Lock()
         self.informer = Informer.for_config_maps(api_client, namespace)
+        # client-go's lease timings: a leader stalled by a busy test machine keeps its Lease; a stopped leader
+        # releases it, and the standby, trying every retry_period, takes it at once.
         elector = LeaderElector(api_client, name="my-controller", namespace=namespace, identity=identity,
-                                lease_duration=2.0, renew_deadline=1.5, retry_period=0.1)
+                                lease_duration=15.0, renew_deadline=10.0, retry_period=0.1)
         self.controller = keyqueue.Controller(self.reconcile, name=identity, leader_election=elector)
         self.informer.add_event_handler(on_add=lambda obj: self.controller.queue.add(meta_namespace_key(obj)))
 
@@ -63,13 +65,13 @@ def test_one_leader_at_a_time_and_a_failover(replicas: list[Replica], kube_api_c
                                              kube_namespace: str) -> None:
     api = client.CoreV1Api(kube_api_client)
     api.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "first"}})
-    leader = eventually(lambda: next((r for r in replicas if "first" in r.reconciled), None))
+    leader = eventually(lambda: next((r for r in replicas if "first" in r.reconciled), None), timeout=30)
     standby = next(r for r in replicas if r is not leader)
     assert holder(kube_api_client, kube_namespace) == leader.identity
     assert standby.reconciled == []  # it watches, its queue is warm, but it does not reconcile
 
     leader.stop()
-    eventually(lambda: holder(kube_api_client, kube_namespace) == standby.identity)
+    eventually(lambda: holder(kube_api_client, kube_namespace) == standby.identity, timeout=30)
     api.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "second"}})
-    eventually(lambda: "second" in standby.reconciled)
+    eventually(lambda: "second" in standby.reconciled, timeout=30)
     assert "second" not in leader.reconciled
