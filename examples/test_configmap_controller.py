@@ -1,12 +1,10 @@
-"""Testing a controller with pytest against the test API server (run: `.venv/bin/python -m pytest
-examples/test_configmap_controller.py`).
+"""Testing a ConfigMap controller with keyqueue's pytest plugin (run: `.venv/bin/python -m pytest
+examples/test_configmap_controller.py`; add `--kube-backend=etcd` to store the objects in a real etcd).
 
-The server runs once per session (in memory; `TestAPIServer("etcd")` stores in a real etcd); each test gets a
-fresh namespace and its own controller and informer, and waits for the state it expects instead of sleeping.
+`kube_apiserver` runs once per session; each test gets a fresh namespace (`kube_namespace`) and client
+(`kube_api_client`), starts the controller under test, and waits for the state it expects (`eventually`).
 """
 
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,8 +12,8 @@ import pytest
 from kubernetes import client
 
 import keyqueue
-from keyqueue.apiserver import TestAPIServer
 from keyqueue.informer import Informer, meta_namespace_key
+from keyqueue.testing import eventually
 
 ANNOTATION = "example.com/keys"
 
@@ -43,44 +41,36 @@ def start_controller(api_client: client.ApiClient, namespace: str) -> tuple[keyq
     return controller, informer
 
 
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """``check()``'s first truthy value, polled until ``timeout`` (then AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{check} did not hold within {timeout} s")
-        time.sleep(0.02)
-    return value
-
-
-@pytest.fixture(scope="session")
-def api_client() -> Iterator[client.ApiClient]:
-    with TestAPIServer("memory") as server, server.api_client() as api_client:
-        yield api_client
-
-
 @pytest.fixture
-def namespace(api_client: client.ApiClient) -> Iterator[str]:
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
+def controller(kube_api_client: client.ApiClient, kube_namespace: str) -> Iterator[keyqueue.Controller[str]]:
+    controller, informer = start_controller(kube_api_client, kube_namespace)
+    yield controller
+    controller.stop()
+    informer.stop()
 
 
-def test_annotates_every_configmap(api_client: client.ApiClient, namespace: str) -> None:
-    controller, informer = start_controller(api_client, namespace)
-    try:
-        api = client.CoreV1Api(api_client)
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}})
+def test_annotates_every_configmap(controller: keyqueue.Controller[str], kube_api_client: client.ApiClient,
+                                   kube_namespace: str) -> None:
+    api = client.CoreV1Api(kube_api_client)
+    api.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}})
 
-        def annotation() -> str | None:
-            cm = api.read_namespaced_config_map("a", namespace)
-            return (cm.metadata.annotations or {}).get(ANNOTATION)
+    def annotation() -> str | None:
+        cm = api.read_namespaced_config_map("a", kube_namespace)
+        return (cm.metadata.annotations or {}).get(ANNOTATION)
 
-        assert eventually(annotation) == "2"
-        api.patch_namespaced_config_map("a", namespace, {"data": {"z": "3"}})  # a merge patch adds a key
-        assert eventually(lambda: annotation() == "3")
-    finally:
-        controller.stop()
-        informer.stop()
+    assert eventually(annotation, timeout=30) == "2"
+    api.patch_namespaced_config_map("a", kube_namespace, {"data": {"z": "3"}})  # a merge patch adds a key
+    eventually(lambda: annotation() == "3", timeout=30)
+
+
+def test_a_configmap_without_data_gets_zero(controller: keyqueue.Controller[str], kube_api_client: client.ApiClient,
+                                            kube_namespace: str) -> None:
+    api = client.CoreV1Api(kube_api_client)
+    api.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "empty"}})
+
+    def check() -> bool:
+        cm = api.read_namespaced_config_map("empty", kube_namespace)
+        assert (cm.metadata.annotations or {}).get(ANNOTATION) == "0", cm.metadata.annotations
+        return True
+
+    eventually(check, timeout=30)

@@ -5,6 +5,7 @@ scripts/test.sh.)"""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -47,13 +48,35 @@ def test_every_included_program_is_run_somewhere() -> None:
     assert PROGRAMS  # the guide's leader election, Redis and testing programs
 
 
+def _plugin_args() -> list[str]:
+    """The test programs use keyqueue's pytest plugin: loaded by pytest itself when the package is installed with
+    its entry point, else named with ``-p`` (naming it as well would register it twice)."""
+    installed = importlib.metadata.entry_points(group="pytest11", name="keyqueue")
+    return [] if installed else ["-p", "keyqueue.testing.plugin"]
+
+
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_an_included_program_runs(program: str) -> None:
     path = ROOT / program
-    argv = ([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)]
+    argv = ([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_plugin_args(), str(path)]
             if path.name.startswith("test_") else [sys.executable, str(path)])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+TESTING_GUIDE = DOCS / "guide" / "testing.md"
+TESTING_GUIDE_BLOCKS = [block for page, block in _inline_blocks() if page == TESTING_GUIDE]
+
+
+def test_the_testing_guide_has_inline_examples() -> None:
+    assert len(TESTING_GUIDE_BLOCKS) >= 2  # eventually, and the queue with a fake clock
+
+
+@pytest.mark.parametrize("number", range(len(TESTING_GUIDE_BLOCKS)))
+def test_the_testing_guides_inline_examples_run(number: int) -> None:
+    """The testing guide promises that every example on it runs: the programs it includes (run above), and these."""
+    block = TESTING_GUIDE_BLOCKS[number]
+    exec(compile(block, f"{TESTING_GUIDE}:block{number}", "exec"), {"__name__": "docs_example"})
 
 
 def _shown_names() -> set[str]:
