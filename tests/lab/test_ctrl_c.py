@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -13,33 +11,6 @@ from keyqueue.lab.common import EXIT_INTERRUPTED
 from keyqueue.lab.load import run_load_subprocess
 
 from .ptys import interrupt_after
-
-
-class _Ok(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def trigger_url() -> Iterator[str]:
-    """A loopback server answering every POST with 200, as the pipeline's trigger server would."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_a_load_child_stopped_while_it_starts_reports_nothing_sent(trigger_url: str) -> None:

@@ -7,45 +7,11 @@ import collections
 import re
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 import pytest
 
 from keyqueue.lab.__main__ import main
 from keyqueue.lab.load import trigger_name
-
-
-class _Recorder(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    paths: ClassVar[list[str]]  # set per server by the fixture
-
-    def do_POST(self) -> None:
-        self.paths.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def recorded() -> Iterator[tuple[str, list[str]]]:
-    """A loopback server answering every POST with 200 and the paths it was sent."""
-    paths: list[str] = []
-    handler = type("Recorder", (_Recorder,), {"paths": paths})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_the_default_load_has_hot_keys(recorded: tuple[str, list[str]]) -> None:
