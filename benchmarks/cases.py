@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import importlib
 import inspect
+import os
 import queue
 import statistics
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 import keyqueue
 from benchmarks.harness import Case, Check, Context, Measurement, Skip, time_batch, time_inline
 from benchmarks.naive import NaiveWorkQueue
+from benchmarks.scaling import reconcile_throughput
 from benchmarks.threads import adders_workers, firehose, race, race_via_lab, wakeup_latency
 from keyqueue import (
     DelayingQueue,
@@ -33,6 +35,7 @@ from keyqueue import (
     Queue,
     RateLimitingQueue,
 )
+from keyqueue import _gil as gil
 
 __all__ = ["build_cases", "keys"]
 
@@ -473,6 +476,48 @@ def _adders_workers(duration_s: float) -> Callable[[Context], Measurement]:
     return run
 
 
+def _worker_counts() -> list[int]:
+    """1, 2, then powers of two up to the machine's cores (at most 8)."""
+    cores = min(os.cpu_count() or 1, 8)
+    counts = [1, 2]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return counts
+
+
+def _reconcile_scaling(kind: str, n_keys: int) -> Callable[[Context], Measurement]:
+    # Every worker count runs in each repeat, in alternating order (1 2 4, 4 2 1, ...), so all see the same
+    # background load; the other counts' runs become the rows that read them (_scaling_row).
+    def run(ctx: Context) -> Measurement:
+        counts = _worker_counts()
+        runs: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+        for i in range(ctx.size(4, 1)):
+            for w in counts if i % 2 == 0 else reversed(counts):
+                runs[w].append(reconcile_throughput(kind, w, n_keys=n_keys))
+        first = runs[1][0]
+        return Measurement(
+            "keys/s", [r["keys_per_s"] for r in runs[1]], higher_is_better=True,
+            note=(f"{n_keys:,} keys per run, reconcile = {first['spin_rounds']:,} rounds of pure-Python arithmetic "
+                  f"(~{first['work_us']:g} µs on one thread); {'GIL' if gil.GIL else 'free-threaded, no GIL'}"),
+            extra={"runs": {str(w): r for w, r in runs.items()}, "gil": gil.GIL},
+        )
+    return run
+
+
+def _scaling_row(first: str, workers: int) -> Callable[[Context], Measurement | Skip]:
+    def run(ctx: Context) -> Measurement | Skip:
+        src = ctx.results.get(first)
+        if src is None:
+            return Skip(f"measured by the {first!r} row")
+        runs = src.m.extra["runs"].get(str(workers))
+        if not runs:
+            return Skip(f"{workers} workers: more than this machine's cores")
+        return Measurement("keys/s", [r["keys_per_s"] for r in runs], higher_is_better=True,
+                           note=f"runs alternating with the other worker counts of {first!r}",
+                           extra={"runs": runs})
+    return run
+
+
 def _queue_workers(ctx: Context) -> Measurement | Skip:
     src = ctx.results.get("workers")
     if src is None:
@@ -518,6 +563,7 @@ G_OPT = "keyqueue, optional modules"
 G_BASE = "baselines (same run)"
 G_SCALE = "scaling: add+get+done with N keys queued"
 G_THRU = "throughput (threads)"
+G_CORES = "reconciles on every core: CPU-bound reconcile (~250 µs), keys/s by workers"
 
 
 def build_cases(smoke: bool) -> list[Case]:
@@ -633,4 +679,14 @@ def build_cases(smoke: bool) -> list[Case]:
         Case("race.control", "race harness, control: plain queue.Queue", G_THRU, _race(True, race_size),
              checks=(Check("violations > 0 (detector works)", "gt", 0, field="violations"),)),
     ]
+    # Two workers reconcile at least 1.7x the keys of one where threads run in parallel (no GIL); with a GIL the
+    # rows are informative (threads take turns).
+    n_scale = size(2_000, 200)
+    for kind, label in (("threads", "Controller, worker threads"), ("aio", "aio.Controller, asyncio.to_thread")):
+        first = f"scale.{kind}.1"
+        cases.append(Case(first, f"{label}: 1 worker", G_CORES, _reconcile_scaling(kind, n_scale)))
+        for w in _worker_counts()[1:]:
+            checks = () if gil.GIL or w != 2 else (Check("≥ 1.7x one worker (no GIL)", "ge", 1.7, ref=first),)
+            cases.append(Case(f"scale.{kind}.{w}", f"{label}: {w} workers", G_CORES, _scaling_row(first, w),
+                              baseline=first, checks=checks, needs=(first,)))
     return [dataclasses.replace(c, interleave=True) if c.id in interleaved else c for c in cases]

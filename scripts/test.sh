@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The project's test command (README, CI). Creates .venv if needed, installs keyqueue with its test extra (which
-# brings etcd, kubectl, redis-server, the kubernetes client, prometheus_client, mkdocs ...), then runs the checks,
-# the docs build and the tests. Extra arguments go to pytest.
+# The project's test command (README, CI): the checks, the docs build, then the test suites on every CPython the
+# project supports. Extra arguments go to every pytest run.
+#
+#   checks   ruff, mypy --strict, mkdocs build --strict (CPython 3.11, .venv with the test extra)
+#   3.11     the full suite                 3.14   the full suite (Debian's python3.14, scripts/sid-chroot.sh)
+#   3.12     the core suites                3.13   the core suites          3.14t  the core suites, free-threaded
+#
+# The legs run in two lanes at once (this machine has 2 cores): 3.11 full then 3.12 core; 3.14 full then 3.13 and
+# 3.14t core. KEYQUEUE_PYTHONS="3.11 3.14t" runs only the legs named. Each leg's output goes to
+# test-logs/<leg>.log, printed when its lane ends; scripts/test-python.sh runs one leg by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+legs=${KEYQUEUE_PYTHONS:-3.11 3.12 3.13 3.14 3.14t}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -17,5 +25,53 @@ echo "== mkdocs build --strict"
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
-echo "== pytest"
-.venv/bin/python -m pytest "$@"
+
+mkdir -p test-logs
+suite_of() { case $1 in 3.11|3.14) echo full ;; *) echo core ;; esac; }
+lane() {
+  # Runs the named legs one after another; a leg's exit status goes to test-logs/<leg>.rc.
+  local leg rc
+  for leg in "$@"; do
+    case " $legs " in *" $leg "*) ;; *) continue ;; esac
+    local start=$SECONDS
+    rc=0
+    scripts/test-python.sh "$leg" "$(suite_of "$leg")" "${pytest_args[@]}" >"test-logs/$leg.log" 2>&1 </dev/null || rc=$?
+    echo "$rc" >"test-logs/$leg.rc"
+    echo "== $leg: exit $rc after $((SECONDS - start)) s" >>"test-logs/$leg.log"
+    echo "== leg $leg finished: exit $rc ($((SECONDS - start)) s)"
+  done
+}
+pytest_args=("$@")
+rm -f test-logs/*.rc test-logs/*.log
+echo "== pytest on: $legs (two lanes; logs in test-logs/)"
+lane 3.11 3.12 &
+lane_a=$!
+lane 3.14 3.13 3.14t &
+lane_b=$!
+wait "$lane_a" "$lane_b" || true
+
+status=0
+for leg in 3.11 3.12 3.13 3.14 3.14t; do
+  [ -f "test-logs/$leg.log" ] || continue
+  echo
+  echo "================================ CPython $leg ($(suite_of "$leg") suite) ================================"
+  cat "test-logs/$leg.log"
+  [ "$(cat "test-logs/$leg.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
+done
+echo
+for leg in 3.11 3.12 3.13 3.14 3.14t; do
+  [ -f "test-logs/$leg.rc" ] && echo "CPython $leg: exit $(cat "test-logs/$leg.rc")"
+done
+# One closing line for every leg together (pytest's errors count as failures here).
+.venv/bin/python - <<'PY'
+import pathlib
+import re
+
+total = {"passed": 0, "failed": 0, "skipped": 0}
+for log in sorted(pathlib.Path("test-logs").glob("*.log")):
+    ends = [line for line in log.read_text().splitlines() if re.search(r"\d+ (passed|failed|errors?)\b.* in [\d.]+s", line)]
+    for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", ends[-1] if ends else ""):
+        total["failed" if word.startswith("error") else word] += int(n)
+print(f"total: {total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped")
+PY
+exit "$status"

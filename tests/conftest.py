@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ def redis_url() -> Iterator[str]:
     if url:
         yield url
         return
+    pytest.importorskip("redis", reason="the redis extra is not installed (pip install 'keyqueue[redis]')")
     from keyqueue.redis import RedisServer
 
     with RedisServer() as server:
@@ -88,3 +92,83 @@ def _no_temp_dirs_left_behind() -> Iterator[None]:
     for path in left:
         shutil.rmtree(path, ignore_errors=True)
     assert not left, f"temp dirs left behind by the test session: {left}"
+
+
+_GIL_AT_START: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """On free-threaded CPython, fail the run if an extension module turned the GIL on (CPython does so when it
+    imports one that does not declare free-threading support): every test after that import ran with a GIL."""
+    if not _GIL_AT_START and sys._is_gil_enabled():
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("ERROR: the GIL was enabled during the run (see the RuntimeWarning naming the module)",
+                                red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- suites that need an extra ----------------------------------------------------------------------------------------
+# A directory or file here is not collected when keyqueue's extra is not installed in full (e.g. the core suites'
+# environment, or free-threaded CPython, where grpcio — the etcd client's — ships no wheel); the terminal summary says
+# what was left out and which distributions were missing.
+
+_TESTS = Path(__file__).parent
+_NEEDS_EXTRA = {
+    "apiserver": ("apiserver", "informer", "leaderelection", "examples", "events", "testing", "lab", "pipeline",
+                  "test_docs.py", "test_benchmarks_smoke.py"),
+    "redis": ("redis",),
+    "lab": ("lab", "pipeline", "test_benchmarks_smoke.py"),
+    "testing": ("testing", "test_docs.py"),
+    "docs": ("test_docs.py",),
+}
+_left_out: dict[str, str] = {}
+
+
+def _missing(extra: str) -> list[str]:
+    """The requirements of keyqueue's ``extra`` (its own extras followed) that are not installed here."""
+    from packaging.requirements import Requirement
+
+    missing: list[str] = []
+    seen: set[str] = set()
+
+    def walk(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for text in importlib.metadata.requires("keyqueue") or ():
+            req = Requirement(text)
+            if req.marker is None or not req.marker.evaluate({"extra": name}) or req.marker.evaluate({"extra": ""}):
+                continue
+            if req.name == "keyqueue":
+                for inner in req.extras:
+                    walk(inner)
+                continue
+            try:
+                importlib.metadata.version(req.name)
+            except importlib.metadata.PackageNotFoundError:
+                missing.append(req.name)
+
+    walk(extra)
+    return missing
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    try:
+        rel = collection_path.relative_to(_TESTS)
+    except ValueError:
+        return None
+    if len(rel.parts) != 1:
+        return None
+    for extra, parts in _NEEDS_EXTRA.items():
+        if rel.parts[0] in parts:
+            missing = _missing(extra)
+            if missing:
+                _left_out[f"tests/{rel}"] = f"the {extra} extra is not installed (missing: {', '.join(missing)})"
+                return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for path, why in sorted(_left_out.items()):
+        terminalreporter.write_line(f"NOT COLLECTED {path}: {why}", yellow=True)

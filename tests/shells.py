@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
 import time
 import uuid
@@ -169,7 +170,7 @@ class RedisAioFacade(AioFacade):
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.queue, name)
-        if asyncio.iscoroutinefunction(attr):
+        if inspect.iscoroutinefunction(attr):
             return lambda *a, **kw: self._loop.run(attr(*a, **kw))
         return attr
 

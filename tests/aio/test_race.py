@@ -41,7 +41,20 @@ class Run:
     last_start_seq: dict[str, int] = field(default_factory=dict)
 
 
-def _produce(add: Callable[[str], Any], r: Run, seq: itertools.count[int], lock: threading.Lock) -> None:
+class Ticks:
+    """One global order of events for the producers' threads and the loop's thread: ``next()`` under a lock, since a
+    shared ``itertools.count`` is not guaranteed atomic without the GIL."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = itertools.count()
+
+    def __next__(self) -> int:
+        with self._lock:
+            return next(self._next)
+
+
+def _produce(add: Callable[[str], Any], r: Run, seq: Ticks, lock: threading.Lock) -> None:
     for i in range(ADDS_PER_PRODUCER):
         key = f"default/obj-{(i // REPEAT) % KEYS}"
         with lock:
@@ -52,7 +65,7 @@ def _produce(add: Callable[[str], Any], r: Run, seq: itertools.count[int], lock:
             time.sleep(0.001)
 
 
-async def _process(key: str, r: Run, seq: itertools.count[int]) -> None:
+async def _process(key: str, r: Run, seq: Ticks) -> None:
     # All workers run in the loop's thread: the detector needs no lock.
     r.last_start_seq[key] = next(seq)
     if r.holding.get(key, 0):
@@ -67,10 +80,10 @@ async def _process(key: str, r: Run, seq: itertools.count[int]) -> None:
 
 
 async def _harness(
-    add: Callable[[str], Any], worker: Callable[[Run, itertools.count[int]], Coroutine[Any, Any, None]], finish: Any
+    add: Callable[[str], Any], worker: Callable[[Run, Ticks], Coroutine[Any, Any, None]], finish: Any
 ) -> Run:
     r = Run()
-    seq = itertools.count()
+    seq = Ticks()
     lock = threading.Lock()
     workers = [asyncio.create_task(worker(r, seq)) for _ in range(WORKERS)]
     producers = [threading.Thread(target=_produce, args=(add, r, seq, lock)) for _ in range(PRODUCERS)]
@@ -89,7 +102,7 @@ async def _harness(
 def test_keyqueue_aio_has_no_same_key_violations() -> None:
     q: aio.Queue[str] = aio.Queue()
 
-    async def worker(r: Run, seq: itertools.count[int]) -> None:
+    async def worker(r: Run, seq: Ticks) -> None:
         async for key in q:
             await _process(key, r, seq)
 
@@ -115,7 +128,7 @@ def test_control_asyncio_queue_shows_violations() -> None:
         def add(key: str) -> None:
             loop.call_soon_threadsafe(aq.put_nowait, key)
 
-        async def worker(r: Run, seq: itertools.count[int]) -> None:
+        async def worker(r: Run, seq: Ticks) -> None:
             while (key := await aq.get()) is not None:
                 await _process(key, r, seq)
 

@@ -89,7 +89,16 @@ class DepthProbe(PriorityDepth):
         self._check()
 
 
-TICK = itertools.count()  # one global order of events; next() on it is atomic under the GIL
+_tick_lock = threading.Lock()
+_tick_next = itertools.count()
+
+
+def tick() -> int:
+    """The next number of one global order of events, taken under a lock: ``next()`` of a shared iterator is not
+    guaranteed atomic without the GIL, and two events must never share a number."""
+    with _tick_lock:
+        return next(_tick_next)
+
 
 
 class LoggedCore(PriorityCore[str]):
@@ -100,13 +109,13 @@ class LoggedCore(PriorityCore[str]):
 
     def _ready(self, item: str, priority: int, at_ns: int | None) -> AddResult:
         outcome = super()._ready(item, priority, at_ns)
-        self.log.append(("add", item, priority, next(TICK)))
+        self.log.append(("add", item, priority, tick()))
         return outcome
 
     def pop(self) -> str | Any:
         got = super().pop()
         if got is not EMPTY:
-            self.log.append(("get", got, self.handed[got], next(TICK)))
+            self.log.append(("get", got, self.handed[got], tick()))
         return got
 
     def done(self, item: str) -> bool:
@@ -151,7 +160,7 @@ class NaivePQ:
     def add(self, key: str, *, priority: int = 0) -> None:
         with self.cond:
             heapq.heappush(self.heap, (-priority, next(self.seq), key))
-            self.log.append(("add", key, priority, next(TICK)))
+            self.log.append(("add", key, priority, tick()))
             self.cond.notify()
 
     def get_with_priority(self, timeout: float | None = None) -> tuple[str, int]:
@@ -161,7 +170,7 @@ class NaivePQ:
                     raise ShutDown
                 self.cond.wait(timeout)
             neg, _, key = heapq.heappop(self.heap)
-            self.log.append(("get", key, -neg, next(TICK)))
+            self.log.append(("get", key, -neg, tick()))
             return key, -neg
 
     def done(self, key: str) -> None:
@@ -236,9 +245,9 @@ def run_fuzz(q: Any, *, producers: int, consumers: int, adds: int, keys: int, se
         mine = []
         for _ in range(adds):
             key, prio = f"k{rnd.randrange(keys)}", rnd.randint(-3, 3)
-            before = next(TICK)
+            before = tick()
             q.add(key, priority=prio)
-            mine.append((before, next(TICK), key, prio))
+            mine.append((before, tick(), key, prio))
             if rnd.random() < 0.05:
                 time.sleep(0)  # let the consumers in (the GIL would otherwise favour one tight loop)
         with lock:
