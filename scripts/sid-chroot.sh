@@ -34,7 +34,6 @@ flock -u 9
 # The host's name servers and CA bundle (a network that inspects TLS has its own CA there).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
-mkdir -p "$root$repo"
 # shellcheck disable=SC2016
 exec unshare --mount --propagation private -- sh -c '
   root=$1 repo=$2; shift 2
@@ -42,6 +41,7 @@ exec unshare --mount --propagation private -- sh -c '
   mount --rbind /dev "$root/dev"
   mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
   mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+  mkdir -p "$root$repo"
   mount --bind "$repo" "$root$repo"
   cd "$repo"
   exec chroot "$root" /usr/bin/env -C "$repo" "$@"
