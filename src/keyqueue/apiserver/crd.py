@@ -23,12 +23,14 @@ of them -- but no ``Terminating`` condition is written.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .custom import CustomSchema, check_value
 from .objects import ResourceType, format_time
+from .patterns import PatternError, compile_pattern
 
 __all__ = ["CRD_FINALIZER", "crd_causes", "prepare_crd", "served_types"]
 
@@ -56,7 +58,8 @@ _SCOPES: Final = ("Cluster", "Namespaced")
 
 
 def _q(value: Any) -> str:
-    return '"' + str(value).replace('"', '\\"') + '"'
+    """A value quoted as kube's field errors quote it (Go's ``%q``: quotes and backslashes escaped)."""
+    return json.dumps(str(value), ensure_ascii=False)
 
 
 def _label_causes(path: str, value: Any, required: bool = True) -> list[_Cause]:
@@ -111,8 +114,8 @@ def _schema_causes(schema: Any, path: str, root: bool) -> list[_Cause]:
     pattern = schema.get("pattern")
     if pattern is not None:
         try:
-            re.compile(str(pattern))
-        except re.error as exc:
+            compile_pattern(str(pattern))
+        except PatternError as exc:
             causes.append(("FieldValueInvalid", f"{path}.pattern", f"Invalid value: {_q(pattern)}: must be a valid "
                            f"regular expression, but isn't: {exc}"))
     props = schema.get("properties")

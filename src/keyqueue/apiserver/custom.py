@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .patterns import PatternError, pattern_matches
+
 __all__ = ["CustomSchema", "check_value", "json_path_value", "type_name"]
 
 _Cause = tuple[str, str, str]
@@ -200,9 +202,18 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, causes: list
         causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should be at "
                        f"least {schema['minLength']} chars long"))
     pattern = schema.get("pattern")
-    if pattern is not None and re.search(pattern, value) is None:
+    if pattern is not None and not _pattern_matches(str(pattern), value):
         causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should match "
                        f"'{pattern}'"))
+
+
+def _pattern_matches(pattern: str, value: str) -> bool:
+    """Go's ``regexp.MatchString`` (RE2); a pattern that does not compile (a CRD stored before it was checked)
+    matches nothing rather than failing the request."""
+    try:
+        return pattern_matches(pattern, value)
+    except PatternError:
+        return False
 
 
 def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
