@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .custom import CustomSchema, check_value
+from .custom import PRINTER_COLUMN_FORMATS, PRINTER_COLUMN_TYPES, CustomSchema, check_value
 from .objects import ResourceType, format_time
 from .patterns import PatternError, compile_pattern
 
@@ -138,6 +138,29 @@ def _schema_causes(schema: Any, path: str, root: bool) -> list[_Cause]:
     return causes
 
 
+def _column_causes(col: Mapping[str, Any], path: str) -> list[_Cause]:
+    """kube's checks of one printer column (its field names as kube writes them, ``JSONPath`` included): a name, a
+    known type and format, and a ``jsonPath`` starting with ``.`` -- kube does not parse the rest at this point."""
+    causes: list[_Cause] = []
+    if not col.get("name"):
+        causes.append(("FieldValueRequired", f"{path}.name", "Required value"))
+    kind, fmt, json_path = col.get("type"), col.get("format"), col.get("jsonPath")
+    types = ",".join(PRINTER_COLUMN_TYPES)
+    if not kind:
+        causes.append(("FieldValueRequired", f"{path}.type", f"Required value: must be one of {types}"))
+    elif kind not in PRINTER_COLUMN_TYPES:
+        causes.append(("FieldValueInvalid", f"{path}.type", f"Invalid value: {_q(kind)}: must be one of {types}"))
+    if fmt and fmt not in PRINTER_COLUMN_FORMATS:
+        causes.append(("FieldValueInvalid", f"{path}.format", f"Invalid value: {_q(fmt)}: must be one of "
+                       + ",".join(PRINTER_COLUMN_FORMATS)))
+    if not json_path:
+        causes.append(("FieldValueRequired", f"{path}.JSONPath", "Required value"))
+    elif not str(json_path).startswith("."):
+        causes.append(("FieldValueInvalid", f"{path}.JSONPath", f"Invalid value: {_q(json_path)}: must be a simple "
+                       "json path starting with ."))
+    return causes
+
+
 def crd_causes(crd: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[_Cause]:
     """kube's validation of a CRD (already defaulted by :func:`prepare_crd`) as ``(reason, field, message)``."""
     spec: Mapping[str, Any] = crd.get("spec") or {}
@@ -214,10 +237,7 @@ def _version_causes(versions: list[Mapping[str, Any]]) -> list[_Cause]:
         else:
             causes.extend(_schema_causes(schema, f"{path}.schema.openAPIV3Schema", True))
         for j, col in enumerate(version.get("additionalPrinterColumns") or ()):
-            for key in ("name", "type", "jsonPath"):
-                if not col.get(key):
-                    causes.append(("FieldValueRequired", f"{path}.additionalPrinterColumns[{j}].{key}",
-                                   "Required value"))
+            causes.extend(_column_causes(col, f"{path}.additionalPrinterColumns[{j}]"))
     storage = [v.get("name", "") for v in versions if v.get("storage")]
     if len(storage) != 1:
         causes.append(("FieldValueInvalid", "spec.versions", f"Invalid value: {_q(storage)}: must have exactly "
