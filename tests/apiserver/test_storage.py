@@ -190,3 +190,21 @@ def test_watch_starting_exactly_at_the_compaction_revision(backend: Backend, pre
             below.next(5.0)
     finally:
         below.close()
+
+
+def test_range_page_reads_bounded_pages_at_one_revision(backend: Backend, prefix: str) -> None:
+    for i in range(5):
+        assert backend.create(f"{prefix}k{i}", f"v{i}".encode()).succeeded
+    backend.create(prefix[:-1] + "0/outside", b"x")  # sorts after the prefix's keys: never in its range
+    first = backend.range_page(prefix, 0, "", 2)
+    assert [kv.key for kv in first.kvs] == [f"{prefix}k0", f"{prefix}k1"]
+    assert first.more and first.count == 5
+    assert backend.create(f"{prefix}k9", b"late").succeeded  # after the first page: not in a read at its revision
+    rest = backend.range_page(prefix, first.revision, first.kvs[-1].key + "\x00", 0)
+    assert [kv.key for kv in rest.kvs] == [f"{prefix}k2", f"{prefix}k3", f"{prefix}k4"]
+    assert not rest.more and rest.count == 3 and rest.revision == first.revision
+    now = backend.range_page(prefix, 0, f"{prefix}k4", 1)
+    assert [kv.key for kv in now.kvs] == [f"{prefix}k4"] and now.more and now.count == 2
+    assert backend.range(prefix)[0] == [*first.kvs, *rest.kvs[:3], *backend.range_page(prefix, 0, f"{prefix}k9").kvs]
+    with pytest.raises(ValueError, match="limit"):
+        backend.range_page(prefix, 0, "", -1)

@@ -23,12 +23,14 @@ of them -- but no ``Terminating`` condition is written.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .custom import CustomSchema, check_value
+from .custom import PRINTER_COLUMN_FORMATS, PRINTER_COLUMN_TYPES, CustomSchema, check_value
 from .objects import ResourceType, format_time
+from .patterns import PatternError, compile_pattern
 
 __all__ = ["CRD_FINALIZER", "crd_causes", "prepare_crd", "served_types"]
 
@@ -56,7 +58,8 @@ _SCOPES: Final = ("Cluster", "Namespaced")
 
 
 def _q(value: Any) -> str:
-    return '"' + str(value).replace('"', '\\"') + '"'
+    """A value quoted as kube's field errors quote it (Go's ``%q``: quotes and backslashes escaped)."""
+    return json.dumps(str(value), ensure_ascii=False)
 
 
 def _label_causes(path: str, value: Any, required: bool = True) -> list[_Cause]:
@@ -111,8 +114,8 @@ def _schema_causes(schema: Any, path: str, root: bool) -> list[_Cause]:
     pattern = schema.get("pattern")
     if pattern is not None:
         try:
-            re.compile(str(pattern))
-        except re.error as exc:
+            compile_pattern(str(pattern))
+        except PatternError as exc:
             causes.append(("FieldValueInvalid", f"{path}.pattern", f"Invalid value: {_q(pattern)}: must be a valid "
                            f"regular expression, but isn't: {exc}"))
     props = schema.get("properties")
@@ -132,6 +135,29 @@ def _schema_causes(schema: Any, path: str, root: bool) -> list[_Cause]:
         problems: list[_Cause] = []
         check_value(schema["default"], schema, f"{path}.default", problems)
         causes.extend(problems)
+    return causes
+
+
+def _column_causes(col: Mapping[str, Any], path: str) -> list[_Cause]:
+    """kube's checks of one printer column (its field names as kube writes them, ``JSONPath`` included): a name, a
+    known type and format, and a ``jsonPath`` starting with ``.`` -- kube does not parse the rest at this point."""
+    causes: list[_Cause] = []
+    if not col.get("name"):
+        causes.append(("FieldValueRequired", f"{path}.name", "Required value"))
+    kind, fmt, json_path = col.get("type"), col.get("format"), col.get("jsonPath")
+    types = ",".join(PRINTER_COLUMN_TYPES)
+    if not kind:
+        causes.append(("FieldValueRequired", f"{path}.type", f"Required value: must be one of {types}"))
+    elif kind not in PRINTER_COLUMN_TYPES:
+        causes.append(("FieldValueInvalid", f"{path}.type", f"Invalid value: {_q(kind)}: must be one of {types}"))
+    if fmt and fmt not in PRINTER_COLUMN_FORMATS:
+        causes.append(("FieldValueInvalid", f"{path}.format", f"Invalid value: {_q(fmt)}: must be one of "
+                       + ",".join(PRINTER_COLUMN_FORMATS)))
+    if not json_path:
+        causes.append(("FieldValueRequired", f"{path}.JSONPath", "Required value"))
+    elif not str(json_path).startswith("."):
+        causes.append(("FieldValueInvalid", f"{path}.JSONPath", f"Invalid value: {_q(json_path)}: must be a simple "
+                       "json path starting with ."))
     return causes
 
 
@@ -211,10 +237,7 @@ def _version_causes(versions: list[Mapping[str, Any]]) -> list[_Cause]:
         else:
             causes.extend(_schema_causes(schema, f"{path}.schema.openAPIV3Schema", True))
         for j, col in enumerate(version.get("additionalPrinterColumns") or ()):
-            for key in ("name", "type", "jsonPath"):
-                if not col.get(key):
-                    causes.append(("FieldValueRequired", f"{path}.additionalPrinterColumns[{j}].{key}",
-                                   "Required value"))
+            causes.extend(_column_causes(col, f"{path}.additionalPrinterColumns[{j}]"))
     storage = [v.get("name", "") for v in versions if v.get("storage")]
     if len(storage) != 1:
         causes.append(("FieldValueInvalid", "spec.versions", f"Invalid value: {_q(storage)}: must have exactly "

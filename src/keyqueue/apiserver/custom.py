@@ -17,19 +17,24 @@ field spec:
   (and ``status`` when it is a subresource);
 * reads (:meth:`CustomSchema.complete` again, from :func:`~.objects.from_stored`): the served version's
   ``apiVersion`` (conversion strategy ``None``) and the defaults, applied again on every read as kube does;
-* the Table form from ``additionalPrinterColumns`` and the OpenAPI v3 schema of the version.
+* the Table form from ``additionalPrinterColumns`` (kubectl's JSONPath, :mod:`.jsonpath`) and the OpenAPI v3
+  schema of the version.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["CustomSchema", "check_value", "json_path_value", "type_name"]
+from .jsonpath import JSONPath, JSONPathError, print_value
+from .jsonpath import parse as parse_jsonpath
+from .patterns import PatternError, pattern_matches
+
+__all__ = ["PRINTER_COLUMN_FORMATS", "PRINTER_COLUMN_TYPES", "CustomSchema", "check_value", "type_name"]
 
 _Cause = tuple[str, str, str]
 _TYPE_NAMES: Final = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
@@ -200,9 +205,18 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, causes: list
         causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should be at "
                        f"least {schema['minLength']} chars long"))
     pattern = schema.get("pattern")
-    if pattern is not None and re.search(pattern, value) is None:
+    if pattern is not None and not _pattern_matches(str(pattern), value):
         causes.append(("FieldValueInvalid", path, f"Invalid value: {_show(value)}: {path} in body should match "
                        f"'{pattern}'"))
+
+
+def _pattern_matches(pattern: str, value: str) -> bool:
+    """Go's ``regexp.MatchString`` (RE2); a pattern that does not compile (a CRD stored before it was checked)
+    matches nothing rather than failing the request."""
+    try:
+        return pattern_matches(pattern, value)
+    except PatternError:
+        return False
 
 
 def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, causes: list[_Cause]) -> None:
@@ -232,27 +246,34 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-_JSON_PATH_PART: Final = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+#: The column types kube-apiserver allows in ``additionalPrinterColumns``, and the formats.
+PRINTER_COLUMN_TYPES: Final = ("boolean", "date", "integer", "number", "string")
+PRINTER_COLUMN_FORMATS: Final = ("byte", "date", "date-time", "double", "float", "int32", "int64", "password")
 
 
-def json_path_value(obj: Any, path: str) -> Any:
-    """The value at a printer column's simple JSONPath (``.spec.replicas``, ``.status.conditions[0].type``), or
-    ``None``.  Filters and wildcards are not evaluated (kube's full JSONPath is not needed for columns)."""
-    path = path.strip()
-    if path.startswith("{") and path.endswith("}"):
-        path = path[1:-1]
-    pos, value = 0, obj
-    while pos < len(path):
-        match = _JSON_PATH_PART.match(path, pos)
-        if match is None:
-            return None
-        if match.group(1) is not None:
-            value = value.get(match.group(1)) if isinstance(value, Mapping) else None
-        else:
-            index = int(match.group(2))
-            value = value[index] if isinstance(value, list) and index < len(value) else None
-        pos = match.end()
-    return value
+def _cell(kind: str, value: Any, date: Callable[[str, float], str], now: float) -> Any:
+    """A printer column's cell from the first value its JSONPath selected, as kube-apiserver's table convertor
+    makes it: a ``string`` column prints any value (objects and arrays as JSON); other types take a value of their
+    own type (an integer column truncates a float) and are empty (``None``) otherwise."""
+    if kind == "string":
+        return print_value(value)
+    if value is None:
+        return None
+    if kind == "integer" and not isinstance(value, bool) and isinstance(value, int | float):
+        return int(value)
+    if kind == "number" and not isinstance(value, bool) and isinstance(value, int | float):
+        return float(value)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "date" and isinstance(value, str):
+        return date(value, now)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_column(path: str) -> JSONPath:
+    """A printer column's ``jsonPath`` parsed as kube-apiserver does (``{<path>}``), once per distinct path."""
+    return parse_jsonpath("{" + path + "}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -329,22 +350,28 @@ class CustomSchema:
         new["metadata"]["generation"] = generation + 1 if changed else generation
 
     # ------------------------------------------------------------------ table and OpenAPI
-    def columns(self, since: Callable[[Any, float], str]) -> list[tuple[dict[str, Any], Callable[..., Any]]]:
-        """The ``additionalPrinterColumns`` as Table columns and their cells (``date`` columns as ages)."""
+    def columns(self, date: Callable[[str, float], str]) -> list[tuple[dict[str, Any], Callable[..., Any]]]:
+        """The ``additionalPrinterColumns`` as Table columns and their cells, as kube-apiserver's table convertor
+        makes them: each column's ``jsonPath`` is a kubectl JSONPath (:mod:`.jsonpath`) evaluated as ``{<path>}``,
+        its cell the first value selected (:func:`_cell`; ``date`` columns through ``date(value, now)``), empty
+        (``None``) when nothing is selected or the path cannot be evaluated on the object.  A path that does not
+        parse ends the columns there, as in kube (the CRD was accepted: kube checks only that it starts with
+        ``.``)."""
         out: list[tuple[dict[str, Any], Callable[..., Any]]] = []
         for col in self.printer_columns:
+            path = str(col.get("jsonPath", ""))
+            try:
+                template = _compiled_column(path)
+            except JSONPathError:
+                break
             kind = str(col.get("type", "string"))
             definition = {"name": col.get("name", ""), "type": kind, "format": col.get("format", ""),
-                          "description": col.get("description", ""), "priority": int(col.get("priority", 0))}
+                          "description": col.get("description") or "Custom resource definition column (in "
+                          f"JSONPath format): {path}", "priority": int(col.get("priority", 0))}
 
-            def cell(obj: Mapping[str, Any], now: float, path: str = str(col.get("jsonPath", "")),
-                     kind: str = kind) -> Any:
-                value = json_path_value(obj, path)
-                if value is None:
-                    return None
-                if kind == "date":
-                    return since(value, now)
-                return value if isinstance(value, int | float | bool | str) else json.dumps(value)
+            def cell(obj: Mapping[str, Any], now: float, template: JSONPath = template, kind: str = kind) -> Any:
+                found, value = template.first(obj)
+                return _cell(kind, value, date, now) if found else None
 
             out.append((definition, cell))
         return out

@@ -17,6 +17,7 @@ __all__ = [
     "namespace_terminating",
     "not_found",
     "path_not_found",
+    "request_entity_too_large",
     "success_status",
     "too_large_resource_version",
     "unauthorized",
@@ -132,6 +133,11 @@ def unauthorized() -> APIError:
 
 def internal_error(message: str) -> APIError:
     return APIError(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
+
+
+def request_entity_too_large(message: str) -> APIError:
+    """413: an object the store refuses as too large (kube's reason and code for a body over its limit)."""
+    return APIError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
 
 
 def too_large_resource_version(requested: int, current: int) -> APIError:

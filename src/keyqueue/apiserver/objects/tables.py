@@ -35,6 +35,15 @@ def _since(value: Any, now: float) -> str:
     return age(now - when) if when is not None else "<unknown>"
 
 
+def _date_cell(value: str, now: float) -> str:
+    """A CRD's ``date`` printer column, as kube-apiserver fills it: the age of an RFC 3339 time, ``<unknown>`` for
+    an empty one, ``<invalid>`` for one that does not parse."""
+    if value in ("", "null"):
+        return "<unknown>"
+    when = parse_time(value)
+    return age(now - when) if when is not None else "<invalid>"
+
+
 def _age_cell(obj: Mapping[str, Any], now: float) -> Any:
     return _since((obj.get("metadata") or {}).get("creationTimestamp"), now)
 
@@ -111,7 +120,7 @@ _COLUMNS: Final[dict[str, list[tuple[dict[str, Any], _Cell]]]] = {
 def _columns(rt: ResourceType) -> list[tuple[dict[str, Any], _Cell]]:
     """The Table columns of ``rt``: its own, a CRD's ``additionalPrinterColumns`` after Name, else Name and Age."""
     if rt.custom is not None and rt.custom.printer_columns:
-        return [(_NAME_COLUMN, _name_cell), *rt.custom.columns(_since)]
+        return [(_NAME_COLUMN, _name_cell), *rt.custom.columns(_date_cell)]
     return _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 from .. import errors
 from ..catalogue import Catalogue
 from ..objects import ResourceType, canonical, decode_typed, format_time, from_stored, stored_type, to_stored
-from ..storage import Backend, BackendUnavailableError, KeyValue
+from ..storage import Backend, BackendUnavailableError, KeyValue, ValueTooLargeError
 from .objectwatch import ObjectWatch
 from .options import WriteOptions
 from .states import _dumps, _plain, _RecentStates, _with_rv
@@ -103,6 +103,8 @@ class RegistryBase(abc.ABC):
             return fn(*args)
         except BackendUnavailableError as exc:
             raise errors.internal_error(str(exc)) from None
+        except ValueTooLargeError as exc:
+            raise errors.request_entity_too_large(str(exc)) from None
 
     def compact(self) -> int:
         """Compact the backend up to its current revision; return that revision."""

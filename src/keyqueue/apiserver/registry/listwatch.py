@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Any, Final
 
 from .. import errors
 from ..objects import ResourceType
 from ..selectors import parse_field_selector, parse_label_selector
-from ..storage import DEFAULT_WATCH_BUFFER, BackendUnavailableError, CompactedError, FutureRevisionError
+from ..storage import DEFAULT_WATCH_BUFFER, BackendUnavailableError, CompactedError, FutureRevisionError, KeyValue
 from .base import RegistryBase
 from .objectwatch import ObjectWatch
 from .options import MAX_RESOURCE_VERSION, Matcher, parse_resource_version
 
 __all__ = ["ListWatch"]
+
+#: A paged list that skips objects its selectors do not match reads on in chunks that double, up to this many keys
+#: or about this many bytes at the sizes seen (kube-apiserver doubles up to 10000 keys).
+_MAX_PAGE_KEYS: Final = 10000
+_PAGE_BYTES: Final = 4 * 1024 * 1024
 
 
 class ListWatch(RegistryBase):
@@ -69,7 +74,7 @@ class ListWatch(RegistryBase):
         elif resource_version_match == "Exact":
             raise errors.bad_request("resourceVersionMatch=Exact is forbidden for resourceVersion \"0\"")
         try:
-            kvs, rev = self.backend.range(prefix, read_rev)
+            return self._read_list(rt, prefix, matcher, read_rev, start_key, limit)
         except CompactedError:
             if continue_token:  # as kube: a fresh token (revision -1 = the latest) continues inconsistently
                 exc = errors.expired(
@@ -86,23 +91,50 @@ class ListWatch(RegistryBase):
             raise errors.too_large_resource_version(read_rev, self._backend_call(self.backend.revision)) from None
         except BackendUnavailableError as exc:
             raise errors.internal_error(str(exc)) from None
+
+    def _read_list(self, rt: ResourceType, prefix: str, matcher: Matcher, read_rev: int, start_key: str,
+                   limit: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The items of a list from ``start_key`` on and its metadata.  Without ``limit``, the whole range (which
+        the backend reads in chunks of bounded size); with it, as kube-apiserver pages: bounded reads from
+        ``start_key`` until ``limit`` items matched or the range ended, the continue token set when keys remain
+        after the last one read (so with selectors, the last page may come back empty)."""
         items: list[dict[str, Any]] = []
-        meta: dict[str, Any] = {"resourceVersion": str(rev)}
-        for i, kv in enumerate(kvs):
-            if kv.key < start_key:
-                continue
+
+        def take(kv: KeyValue) -> None:
             obj = self.decode(kv, rt=rt)
-            if not matcher.matches(obj):
-                continue
-            if limit > 0 and len(items) == limit:
-                meta["continue"] = self._encode_continue(rev, kv.key, prefix)
-                if matcher.match_all:
-                    meta["remainingItemCount"] = sum(1 for k in kvs[i:] if k.key >= start_key)
-                break
-            obj.pop("kind", None)
-            obj.pop("apiVersion", None)
-            items.append(obj)
-        return items, meta
+            if matcher.matches(obj):
+                obj.pop("kind", None)
+                obj.pop("apiVersion", None)
+                items.append(obj)
+
+        if limit <= 0:
+            kvs, rev = self.backend.range(prefix, read_rev)
+            for kv in kvs:
+                if kv.key >= start_key:
+                    take(kv)
+            return items, {"resourceVersion": str(rev)}
+        rev, key, want = read_rev, start_key, limit
+        while True:
+            page = self.backend.range_page(prefix, rev, key, want)
+            rev = page.revision
+            for i, kv in enumerate(page.kvs):
+                if len(items) == limit:  # full: the rest of this page is the next page's
+                    return items, self._page_meta(rev, kv.key, prefix, page.count - i, matcher)
+                take(kv)
+            if not page.more or not page.kvs:
+                return items, {"resourceVersion": str(rev)}
+            key = page.kvs[-1].key + "\x00"
+            if len(items) == limit:
+                return items, self._page_meta(rev, key, prefix, page.count - len(page.kvs), matcher)
+            size = sum(len(kv.value) for kv in page.kvs) // len(page.kvs) + 1
+            want = max(1, min(2 * want, _MAX_PAGE_KEYS, _PAGE_BYTES // size))  # selective: read on in larger chunks
+
+    def _page_meta(self, rev: int, next_key: str, prefix: str, remaining: int, matcher: Matcher) -> dict[str, Any]:
+        """The metadata of a full page whose next page starts at ``next_key`` (``remaining`` keys from there)."""
+        meta: dict[str, Any] = {"resourceVersion": str(rev), "continue": self._encode_continue(rev, next_key, prefix)}
+        if matcher.match_all:
+            meta["remainingItemCount"] = remaining
+        return meta
 
     @staticmethod
     def _encode_continue(rev: int, next_key: str, prefix: str) -> str:

@@ -17,8 +17,10 @@ __all__ = [
     "CompactedError",
     "FutureRevisionError",
     "KeyValue",
+    "RangePage",
     "StorageError",
     "TxnResult",
+    "ValueTooLargeError",
     "WatchBatch",
     "WatchEvent",
     "WatchOverflowError",
@@ -50,6 +52,11 @@ class FutureRevisionError(StorageError):
 
 class BackendUnavailableError(StorageError):
     """The backend cannot be reached (etcd stopped, channel closed, ...)."""
+
+
+class ValueTooLargeError(StorageError):
+    """The store refused a write because the request was larger than it accepts (etcd's ``--max-request-bytes``,
+    1.5 MiB by default).  Nothing was written."""
 
 
 class WatchOverflowError(StorageError):
@@ -96,6 +103,21 @@ class WatchBatch:
 
     events: tuple[WatchEvent, ...]
     progress: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RangePage:
+    """What :meth:`Backend.range_page` returns: at most ``limit`` keys from its start, in key order.
+
+    ``more`` is True if keys after the last one returned exist in the range; ``count`` is how many keys the range
+    held from its start (those returned included), like etcd's ``RangeResponse.count``; ``revision`` is the
+    revision read.
+    """
+
+    kvs: tuple[KeyValue, ...]
+    revision: int
+    more: bool
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +222,15 @@ class Backend(abc.ABC):
         ``revision`` 0 reads the current state; a positive revision reads the
         state as of that revision (:class:`CompactedError` if compacted,
         :class:`FutureRevisionError` if newer than the store).
+        """
+
+    @abc.abstractmethod
+    def range_page(self, prefix: str, revision: int = 0, start: str = "", limit: int = 0) -> RangePage:
+        """One bounded read: the keys starting with ``prefix`` that are ``>= start`` (``""``: from the first), at
+        most ``limit`` of them (0: all), sorted by key, as of ``revision`` (0: the current state).
+
+        Raises what :meth:`range` raises.  Reading a large range page by page at the revision of the first page
+        gives the same keys as one :meth:`range`, in requests of bounded size.
         """
 
     @abc.abstractmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from .base import (
     DEFAULT_WATCH_BUFFER,
@@ -19,21 +19,34 @@ from .base import (
     CompactedError,
     FutureRevisionError,
     KeyValue,
+    RangePage,
     TxnResult,
+    ValueTooLargeError,
     WatchBatch,
     prefix_end,
 )
-from .etcd_watch import _RPC_TIMEOUT, _EtcdWatch, _kv_from_pb, _WatchLoop
+from .etcd_watch import _CHANNEL_OPTIONS, _RPC_TIMEOUT, _EtcdWatch, _kv_from_pb, _WatchLoop
 from .watch_hub import _WatchHub
 
 __all__ = ["EtcdBackend"]
+
+#: A whole-range read (:meth:`EtcdBackend.range`) asks etcd for this many keys first, then for as many as make
+#: about :data:`_CHUNK_BYTES` at the sizes seen so far (within :data:`_CHUNK_KEYS`), each chunk at the revision of
+#: the first: one answer stays a few MiB whatever the range holds.
+_FIRST_CHUNK: Final = 64
+_CHUNK_BYTES: Final = 4 * 1024 * 1024
+_CHUNK_KEYS: Final = (1, 1000)
+#: Reads at the current revision that etcd compacted between two chunks start over, at most this many times.
+_RANGE_ATTEMPTS: Final = 3
 
 
 class EtcdBackend(Backend):
     """A :class:`Backend` on a real etcd v3 server, over one gRPC channel.
 
     ``endpoint`` is ``host:port`` of etcd's client URL (plain HTTP/2, no TLS).
-    Every call is one etcd request (a Range or a Txn) with a 10 s deadline.
+    Every call is one etcd request (a Range or a Txn) with a 10 s deadline, except :meth:`range`, which reads a
+    range in chunks of a few MiB (one request each).  Answers of any size up to 2 GiB are accepted, as
+    kube-apiserver's etcd client does (gRPC's default limit is 4 MiB).
     """
 
     def __init__(self, endpoint: str) -> None:
@@ -43,7 +56,7 @@ class EtcdBackend(Backend):
         self.endpoint = endpoint
         self._grpc = grpc
         self._rpc = etcdrpc
-        self._channel = grpc.insecure_channel(endpoint)
+        self._channel = grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
         self._kv = etcdrpc.KVStub(self._channel)
         self._lock = threading.Lock()
         self._watches: set[_EtcdWatch] = set()
@@ -72,6 +85,8 @@ class EtcdBackend(Backend):
                 raise CompactedError(getattr(request, "revision", 0), 0) from exc
             if "required revision is a future revision" in details:
                 raise FutureRevisionError(getattr(request, "revision", 0), 0) from exc
+            if "request is too large" in details:
+                raise ValueTooLargeError(f"etcd refused the write: {details}") from exc
             raise BackendUnavailableError(f"etcd request failed: {details}") from exc
 
     def _cas(self, key: bytes, compare: Any, success: Any) -> tuple[bool, int, Any]:
@@ -94,10 +109,37 @@ class EtcdBackend(Backend):
         return (_kv_from_pb(resp.kvs[0]) if resp.kvs else None), int(resp.header.revision)
 
     def range(self, prefix: str, revision: int = 0) -> tuple[list[KeyValue], int]:
+        """All keys under ``prefix``, read in chunks at one revision (see :data:`_CHUNK_BYTES`)."""
+        for attempt in range(_RANGE_ATTEMPTS):
+            try:
+                return self._range_chunked(prefix, revision)
+            except CompactedError:
+                if revision or attempt == _RANGE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _range_chunked(self, prefix: str, revision: int) -> tuple[list[KeyValue], int]:
+        kvs: list[KeyValue] = []
+        start, limit, rev = "", _FIRST_CHUNK, revision
+        while True:
+            page = self.range_page(prefix, rev, start, limit)
+            rev = page.revision
+            kvs.extend(page.kvs)
+            if not page.more or not page.kvs:
+                return kvs, rev
+            size = sum(len(kv.key) + len(kv.value) for kv in page.kvs)
+            limit = max(_CHUNK_KEYS[0], min(_CHUNK_KEYS[1], _CHUNK_BYTES * len(page.kvs) // max(size, 1)))
+            start = page.kvs[-1].key + "\x00"
+
+    def range_page(self, prefix: str, revision: int = 0, start: str = "", limit: int = 0) -> RangePage:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError(f"limit must be an int >= 0, got {type(limit).__name__}: {limit!r}")
         raw = prefix.encode()
-        req = self._rpc.RangeRequest(key=raw, range_end=prefix_end(raw), revision=revision)
+        key = max(start, prefix).encode()  # str order is etcd's byte order (UTF-8 keeps code point order)
+        req = self._rpc.RangeRequest(key=key, range_end=prefix_end(raw), revision=revision, limit=limit)
         resp = self._call(self._kv.Range, req)
-        return [_kv_from_pb(kv) for kv in resp.kvs], (revision or int(resp.header.revision))
+        return RangePage(tuple(_kv_from_pb(kv) for kv in resp.kvs), revision or int(resp.header.revision),
+                         bool(resp.more), int(resp.count))
 
     def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         rpc = self._rpc

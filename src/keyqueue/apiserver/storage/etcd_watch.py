@@ -23,6 +23,9 @@ from .base import (
 )
 
 _RPC_TIMEOUT: Final = 10.0
+#: gRPC's default 4 MiB receive limit fails a range or a watch answer of many or large objects; kube-apiserver's etcd
+#: client accepts up to 2 GiB.
+_CHANNEL_OPTIONS: Final = (("grpc.max_receive_message_length", 2**31 - 1),)
 _ETCD_EVENT_DELETE: Final = 1  # mvccpb.Event.EventType: PUT = 0, DELETE = 1
 
 
@@ -100,7 +103,8 @@ class _WatchLoop:
         import grpc.aio
         from etcd3 import etcdrpc
 
-        self._channel = grpc.aio.insecure_channel(endpoint)  # connects lazily, with the first stream
+        # connects lazily, with the first stream
+        self._channel = grpc.aio.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
         self.stub = etcdrpc.WatchStub(self._channel)
 
     def run(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:

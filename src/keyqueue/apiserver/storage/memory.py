@@ -14,6 +14,7 @@ from .base import (
     CompactedError,
     FutureRevisionError,
     KeyValue,
+    RangePage,
     TxnResult,
     WatchBatch,
     WatchEvent,
@@ -106,18 +107,31 @@ class MemoryBackend(Backend):
 
     def range(self, prefix: str, revision: int = 0) -> tuple[list[KeyValue], int]:
         with self._lock:
-            self._check_open()
-            if revision > self._rev:
-                raise FutureRevisionError(revision, self._rev)
-            if 0 < revision < self._compacted:
-                raise CompactedError(revision, self._compacted)
-            if revision in (0, self._rev):
-                state, read_rev = self._data, self._rev
-            else:
-                state, read_rev = self._state_at(revision), revision
-            items = [kv for k, kv in state.items() if k.startswith(prefix)]
+            items, read_rev = self._range(prefix, revision, "")
         items.sort(key=lambda kv: kv.key)
         return items, read_rev
+
+    def range_page(self, prefix: str, revision: int = 0, start: str = "", limit: int = 0) -> RangePage:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError(f"limit must be an int >= 0, got {type(limit).__name__}: {limit!r}")
+        with self._lock:
+            items, read_rev = self._range(prefix, revision, start)
+        items.sort(key=lambda kv: kv.key)
+        page = items[:limit] if limit else items
+        return RangePage(tuple(page), read_rev, len(page) < len(items), len(items))
+
+    def _range(self, prefix: str, revision: int, start: str) -> tuple[list[KeyValue], int]:
+        """The keys under ``prefix`` and ``>= start`` as of ``revision``, unsorted (call with the lock held)."""
+        self._check_open()
+        if revision > self._rev:
+            raise FutureRevisionError(revision, self._rev)
+        if 0 < revision < self._compacted:
+            raise CompactedError(revision, self._compacted)
+        if revision in (0, self._rev):
+            state, read_rev = self._data, self._rev
+        else:
+            state, read_rev = self._state_at(revision), revision
+        return [kv for k, kv in state.items() if k.startswith(prefix) and k >= start], read_rev
 
     def create(self, key: str, value: bytes, guard: tuple[str, int] | None = None) -> TxnResult:
         with self._lock:
