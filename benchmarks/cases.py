@@ -485,36 +485,37 @@ def _worker_counts() -> list[int]:
     return counts
 
 
-def _reconcile_scaling(kind: str, n_keys: int) -> Callable[[Context], Measurement]:
-    # Every worker count runs in each repeat, in alternating order (1 2 4, 4 2 1, ...), so all see the same
-    # background load; the other counts' runs become the rows that read them (_scaling_row).
+def _reconcile_scaling(kinds: tuple[str, ...], n_keys: int) -> Callable[[Context], Measurement]:
+    # Every kind and worker count runs in each repeat, in alternating order (1 2 4, 4 2 1, ...), so all see the same
+    # background load; the first kind's one-worker runs are this row, the others become the rows that read them
+    # (_scaling_row).
     def run(ctx: Context) -> Measurement:
         counts = _worker_counts()
-        runs: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
-        for i in range(ctx.size(4, 1)):
-            for w in counts if i % 2 == 0 else reversed(counts):
-                runs[w].append(reconcile_throughput(kind, w, n_keys=n_keys))
-        first = runs[1][0]
+        runs: dict[str, list[dict[str, Any]]] = {f"{k}.{w}": [] for k in kinds for w in counts}
+        for i in range(ctx.size(5, 1)):
+            order = [(k, w) for w in counts for k in kinds]
+            for kind, w in order if i % 2 == 0 else reversed(order):
+                runs[f"{kind}.{w}"].append(reconcile_throughput(kind, w, n_keys=n_keys))
+        first = runs[f"{kinds[0]}.1"]
         return Measurement(
-            "keys/s", [r["keys_per_s"] for r in runs[1]], higher_is_better=True,
-            note=(f"{n_keys:,} keys per run, reconcile = {first['spin_rounds']:,} rounds of pure-Python arithmetic "
-                  f"(~{first['work_us']:g} µs on one thread); {'GIL' if gil.GIL else 'free-threaded, no GIL'}"),
-            extra={"runs": {str(w): r for w, r in runs.items()}, "gil": gil.GIL},
+            "keys/s", [r["keys_per_s"] for r in first], higher_is_better=True,
+            note=(f"{n_keys:,} keys per run, reconcile = {first[0]['spin_rounds']:,} rounds of pure-Python arithmetic "
+                  f"(~{first[0]['work_us']:g} µs on one thread); {'GIL' if gil.GIL else 'free-threaded, no GIL'}"),
+            extra={"runs": runs, "gil": gil.GIL},
         )
     return run
 
 
-def _scaling_row(first: str, workers: int) -> Callable[[Context], Measurement | Skip]:
+def _scaling_row(first: str, run_key: str) -> Callable[[Context], Measurement | Skip]:
     def run(ctx: Context) -> Measurement | Skip:
         src = ctx.results.get(first)
         if src is None:
             return Skip(f"measured by the {first!r} row")
-        runs = src.m.extra["runs"].get(str(workers))
+        runs = src.m.extra["runs"].get(run_key)
         if not runs:
-            return Skip(f"{workers} workers: more than this machine's cores")
+            return Skip(f"{run_key}: more workers than this machine's cores")
         return Measurement("keys/s", [r["keys_per_s"] for r in runs], higher_is_better=True,
-                           note=f"runs alternating with the other worker counts of {first!r}",
-                           extra={"runs": runs})
+                           note=f"runs alternating with the other rows of {first!r}", extra={"runs": runs})
     return run
 
 
@@ -680,13 +681,23 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("violations > 0 (detector works)", "gt", 0, field="violations"),)),
     ]
     # Two workers reconcile at least 1.7x the keys of one where threads run in parallel (no GIL); with a GIL the
-    # rows are informative (threads take turns).
-    n_scale = size(2_000, 200)
-    for kind, label in (("threads", "Controller, worker threads"), ("aio", "aio.Controller, asyncio.to_thread")):
+    # rows are informative (threads take turns). scale.bare.* is the same reconcile on plain threads, no queue.
+    n_scale = size(4_000, 200)
+    groups = (("threads", "Controller, worker threads", ("threads", "bare")),
+              ("aio", "aio.Controller, asyncio.to_thread", ("aio",)))
+    for kind, label, kinds in groups:
         first = f"scale.{kind}.1"
-        cases.append(Case(first, f"{label}: 1 worker", G_CORES, _reconcile_scaling(kind, n_scale)))
-        for w in _worker_counts()[1:]:
-            checks = () if gil.GIL or w != 2 else (Check("≥ 1.7x one worker (no GIL)", "ge", 1.7, ref=first),)
-            cases.append(Case(f"scale.{kind}.{w}", f"{label}: {w} workers", G_CORES, _scaling_row(first, w),
-                              baseline=first, checks=checks, needs=(first,)))
+        cases.append(Case(first, f"{label}: 1 worker", G_CORES, _reconcile_scaling(kinds, n_scale)))
+        for k in kinds:
+            for w in _worker_counts():
+                if k == kind and w == 1:
+                    continue
+                rid = f"scale.{k}.{w}"
+                name = (f"{label}: {w} workers" if k == kind else
+                        f"baseline: the same calls on {w} plain thread{'s' if w > 1 else ''}, no queue")
+                base = f"scale.{k}.1" if w > 1 else None
+                checks = ((Check("≥ 1.7x one worker (no GIL)", "ge", 1.7, ref=first),)
+                          if k == kind and w == 2 and not gil.GIL else ())
+                cases.append(Case(rid, name, G_CORES, _scaling_row(first, f"{k}.{w}"), baseline=base,
+                                  checks=checks, needs=(first,)))
     return [dataclasses.replace(c, interleave=True) if c.id in interleaved else c for c in cases]

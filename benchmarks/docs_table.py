@@ -11,7 +11,7 @@ line above the table says which rows came from which run. With ``--write`` the t
 stands between the markers :data:`BEGIN` and :data:`END` in that file (both must be there, once each).
 
 ``--scaling`` renders the ``scale.threads.*`` and ``scale.aio.*`` rows of reports made on different interpreters
-(``python -m benchmarks --only 'scale[.](threads|aio)' --json …`` on each, in one sitting) side by side, between
+(``python -m benchmarks --only 'scale[.](threads|bare|aio)' --json …`` on each, in one sitting) side by side, between
 :data:`SCALING_BEGIN` and :data:`SCALING_END`.
 """
 
@@ -136,7 +136,7 @@ def render_scaling(reports: Sequence[Mapping[str, Any]]) -> str:
         gil = next((r["extra"].get("gil") for r in report["results"] if r["id"].endswith(".1")), None)
         return f"{m['python']}{'' if gil is None else (' (GIL)' if gil else ' (free-threaded)')}"
 
-    by_report = [{r["id"]: r for r in report["results"] if r["id"].startswith(("scale.threads.", "scale.aio."))}
+    by_report = [{r["id"]: r for r in report["results"] if r["id"].startswith(("scale.threads.", "scale.bare.", "scale.aio."))}
                  for report in reports]
     order = list(dict.fromkeys(rid for rows in by_report for rid in rows))
     head = ["controller, workers", *(build(report) for report in reports)]

@@ -7,8 +7,10 @@ On free-threaded CPython they run in parallel. :func:`reconcile_throughput` meas
 (no shared object, no I/O, no lock), calibrated once per process to about ``work_us`` on one thread, so its cost is
 the same for every worker count.
 
-``kind``: ``"threads"`` (:class:`keyqueue.Controller`, ``workers`` threads) or ``"aio"``
-(:class:`keyqueue.aio.Controller`, ``workers`` tasks, each reconcile run by ``asyncio.to_thread``).
+``kind``: ``"threads"`` (:class:`keyqueue.Controller`, ``workers`` threads), ``"aio"``
+(:class:`keyqueue.aio.Controller`, ``workers`` tasks, each reconcile run by ``asyncio.to_thread``) or ``"bare"``
+(the baseline: ``workers`` plain threads making the same reconcile calls, ``n_keys`` in all, no queue): how far the
+interpreter and the machine let such code run in parallel at all.
 """
 
 from __future__ import annotations
@@ -97,6 +99,21 @@ def reconcile_throughput(kind: str, workers: int, *, n_keys: int = 2000, work_us
                 raise RuntimeError(f"{finish.count} of {n_keys} reconciles in {_RUN_TIMEOUT_S:g} s")
         finally:
             c.stop()
+    elif kind == "bare":
+        def calls(k: int) -> None:
+            for _ in range(k):
+                spin(rounds)
+                finish.one()
+
+        share = [n_keys // workers + (i < n_keys % workers) for i in range(workers)]
+        threads = [threading.Thread(target=calls, args=(k,)) for k in share]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(_RUN_TIMEOUT_S)
+        if not finish.event.is_set():
+            raise RuntimeError(f"{finish.count} of {n_keys} calls in {_RUN_TIMEOUT_S:g} s")
     elif kind == "aio":
         async def main() -> float:
             async def reconcile(key: str) -> None:
@@ -118,7 +135,7 @@ def reconcile_throughput(kind: str, workers: int, *, n_keys: int = 2000, work_us
 
         t0 = asyncio.run(main())
     else:
-        raise ValueError(f"kind must be 'threads' or 'aio', got {kind!r}")
+        raise ValueError(f"kind must be 'threads', 'aio' or 'bare', got {kind!r}")
     elapsed = finish.at - t0
     return {"kind": kind, "workers": workers, "keys": n_keys, "work_us": work_us, "spin_rounds": rounds,
             "elapsed_s": elapsed, "keys_per_s": n_keys / elapsed}
