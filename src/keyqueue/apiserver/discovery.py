@@ -129,10 +129,16 @@ def api_resource_list(served: Served, group_version: str = "v1") -> dict[str, An
         }
         if rt.custom is not None and rt.custom.categories:
             entry["categories"] = list(rt.custom.categories)
+        elif rt.categories:
+            entry["categories"] = list(rt.categories)
         resources.append(entry)
-        if rt.custom is not None and rt.custom.status:
+        if rt.status or (rt.custom is not None and rt.custom.status):
             resources.append({"name": f"{rt.name}/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if rt.scale:
+            resources.append({"name": f"{rt.name}/scale", "singularName": "", "namespaced": rt.namespaced,
+                              "group": "autoscaling", "version": "v1", "kind": "Scale",
+                              "verbs": ["get", "patch", "update"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -174,7 +180,8 @@ def _from_spec(spec: Any) -> dict[str, Any]:
                  for k, v in spec.items()}
         return {"type": "object", "properties": props}
     return {"string": _STR, "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
-            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"}}[spec]
+            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"},
+            "quantity": {"type": "string"}}[spec]
 
 
 def _defs_name(rt: ResourceType) -> str:

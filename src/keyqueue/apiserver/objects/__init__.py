@@ -30,6 +30,7 @@ from .resources import (
     EVENTS_V1,
     LEASES,
     NAMESPACES,
+    RETURNS_DELETED,
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
     SELF_SUBJECT_REVIEWS,
@@ -38,7 +39,9 @@ from .resources import (
     field_value,
     stored_type,
 )
+from .scale import scale_of, scale_replicas
 from .schemas import canonical, schema_of
+from .strategy import prepare_builtin
 from .tables import to_table
 from .times import age, format_time, normalize_time, parse_time
 from .validity import MAX_ANNOTATION_BYTES, MAX_CONFIGMAP_BYTES, invalid_kind, validate, validate_update
@@ -53,6 +56,7 @@ __all__ = [
     "MAX_ANNOTATION_BYTES",
     "MAX_CONFIGMAP_BYTES",
     "NAMESPACES",
+    "RETURNS_DELETED",
     "REVIEWS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
@@ -68,6 +72,9 @@ __all__ = [
     "invalid_kind",
     "normalize_time",
     "parse_time",
+    "prepare_builtin",
+    "scale_of",
+    "scale_replicas",
     "schema_of",
     "stored_type",
     "to_stored",
