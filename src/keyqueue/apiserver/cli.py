@@ -19,7 +19,8 @@ from .testserver import TestAPIServer
 
 __all__ = ["DESCRIPTION", "SERVED", "add_arguments", "run"]
 
-SERVED = "ConfigMaps, Namespaces, Events, Leases, CustomResourceDefinitions and their custom resources"
+SERVED = ("ConfigMaps, Namespaces, Events, Leases, Pods, Services, Secrets, workloads, Jobs, RBAC and other built-in "
+          "kinds, CustomResourceDefinitions and their custom resources")
 """The resources the test server serves, as its description and banner name them."""
 
 DESCRIPTION = (
