@@ -471,3 +471,25 @@ def test_openapi_describes_the_kinds(server: TestAPIServer) -> None:
     assert spec["replicas"] == {"type": "integer", "format": "int64"}
     assert spec["template"]["properties"]["spec"]["properties"]["containers"]["type"] == "array"
     assert "/apis/apps/v1/namespaces/{namespace}/deployments/{name}" in doc["paths"]
+
+
+def test_openapi_v2_json_and_protobuf(server: TestAPIServer) -> None:
+    code, doc = _raw(server, "/openapi/v2")
+    assert code == 200 and doc["swagger"] == "2.0"
+    deployment = doc["definitions"]["io.k8s.api.apps.v1.Deployment"]
+    assert deployment["properties"]["metadata"]["$ref"] == \
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    assert deployment["x-kubernetes-group-version-kind"][0]["kind"] == "Deployment"
+    assert "io.k8s.api.core.v1.ConfigMap" in doc["definitions"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Accept": "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"}
+    if server.token:
+        headers["Authorization"] = f"Bearer {server.token}"
+    try:
+        conn.request("GET", "/openapi/v2", headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    assert resp.status == 200 and resp.getheader("Content-Type") == headers["Accept"]
+    assert body.startswith(b"\x0a\x032.0") and b"io.k8s.api.apps.v1.Deployment" in body

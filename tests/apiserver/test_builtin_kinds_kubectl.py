@@ -75,3 +75,10 @@ def test_explain_and_describe(kubectl: Kubectl, kns: str) -> None:
     kubectl.run("run", "p1", "--image=busybox", "-n", kns)
     out = kubectl.run("describe", "pod", "p1", "-n", kns).stdout
     assert "Status:       Pending" in out and "QoS Class:        BestEffort" in out
+
+
+def test_explain_through_openapi_v2(kubectl: Kubectl) -> None:
+    out = kubectl.run("explain", "--output=plaintext-openapiv2", "deployment.spec.replicas").stdout
+    assert "KIND:     Deployment" in out and "VERSION:  apps/v1" in out and "FIELD:    replicas <integer>" in out
+    out = kubectl.run("explain", "--output=plaintext-openapiv2", "pods.spec.containers").stdout
+    assert "imagePullPolicy\t<string>" in out and "ports\t<[]Object>" in out
