@@ -141,7 +141,11 @@ def test_crud_and_watch_through_the_official_client(
     listed = _call(apis, kind, "list", ns, label_selector="changed=yes") if namespaced else lister(
         label_selector="changed=yes")
     assert [i.metadata.name for i in listed.items] == [name]
-    _call(apis, kind, "delete", ns, name)
+    deleted = _call(apis, kind, "delete", ns, name)
+    if kind in ("Pod", "Service", "ServiceAccount", "PersistentVolumeClaim"):  # kube answers with the object
+        assert deleted.metadata.name == name and deleted.metadata.uid == created.metadata.uid
+    else:  # a Status (the client returns it as a dict)
+        assert (deleted["kind"], deleted["status"]) == ("Status", "Success")
     assert watcher.next_of({"DELETED"})["object"].metadata.name == name
     with pytest.raises(ApiException) as err:
         _call(apis, kind, "read", ns, name)
