@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,47 @@ def test_explain_through_openapi_v2(kubectl: Kubectl) -> None:
     assert "KIND:     Deployment" in out and "VERSION:  apps/v1" in out and "FIELD:    replicas <integer>" in out
     out = kubectl.run("explain", "--output=plaintext-openapiv2", "pods.spec.containers").stdout
     assert "imagePullPolicy\t<string>" in out and "ports\t<[]Object>" in out
+
+
+def test_kubectl_create_sends_protobuf_bodies(kubectl: Kubectl, kns: str) -> None:
+    """``kubectl create <kind>`` sends protobuf: each kind is decoded into the object the flags describe."""
+    def create(*args: str) -> None:
+        assert " created" in kubectl.run("create", "-n", kns, *args).stdout
+
+    def get(what: str, path: str) -> Any:
+        value: Any = json.loads(kubectl.run("get", what, "-n", kns, "-o", "json").stdout)
+        for part in re.findall(r"[^.\[\]]+", path):
+            value = value[int(part)] if part.isdigit() else value[part]
+        return value
+
+    create("deployment", "web", "--image=nginx:1.27", "--replicas=2", "--port=80")
+    spec = get("deploy/web", ".spec")
+    assert isinstance(spec, dict) and spec["replicas"] == 2 and spec["selector"] == {"matchLabels": {"app": "web"}}
+    container = spec["template"]["spec"]["containers"][0]
+    assert (container["name"], container["image"], container["ports"]) == (
+        "nginx", "nginx:1.27", [{"containerPort": 80, "protocol": "TCP"}])
+    create("service", "nodeport", "svc", "--tcp=80:8080")
+    port = get("svc/svc", ".spec.ports[0]")
+    assert isinstance(port, dict) and (port["port"], port["targetPort"]) == (80, 8080)
+    assert 30000 <= port["nodePort"] <= 32767
+    create("secret", "generic", "s", "--from-literal=user=admin")
+    assert get("secret/s", ".data") == {"user": "YWRtaW4="}
+    create("serviceaccount", "sa")
+    create("job", "j", "--image=busybox", "--", "echo", "hi")
+    job = get("job/j", ".spec.template.spec")
+    assert isinstance(job, dict) and job["containers"][0]["command"] == ["echo", "hi"]
+    assert job["restartPolicy"] == "Never"
+    create("cronjob", "cj", "--image=busybox", "--schedule=*/5 * * * *")
+    assert get("cronjob/cj", ".spec.schedule") == "*/5 * * * *"
+    create("role", "r", "--verb=get", "--verb=list", "--resource=pods,deployments.apps")
+    assert get("role/r", ".rules") == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                                       {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]}]
+    create("rolebinding", "rb", "--role=r", "--user=alice")
+    assert get("rolebinding/rb", ".roleRef") == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}
+    create("pdb", "pdb", "--selector=app=web", "--min-available=50%")
+    assert get("pdb/pdb", ".spec.minAvailable") == "50%"
+    create("ingress", "ing", "--rule=foo.example.com/bar*=svc:8080", "--class=nginx")
+    assert get("ingress/ing", ".spec.rules[0].http.paths[0]") == {
+        "backend": {"service": {"name": "svc", "port": {"number": 8080}}}, "path": "/bar", "pathType": "Prefix"}
+    out = kubectl.run("get", "deployments", "-n", kns).stdout
+    assert out.splitlines()[1].split()[:2] == ["web", "0/2"]

@@ -12,7 +12,8 @@ kube-apiserver's ``PrepareForCreate``/``PrepareForUpdate`` do to an object befor
 * a Job's generated selector and pod labels (unless ``spec.manualSelector``);
 * a Secret's write-only ``stringData`` merged into ``data`` (base64);
 * a Service's ``clusterIP``/``clusterIPs`` allocated on create (ClusterIP, NodePort and LoadBalancer types), and
-  kept from the stored object when an update leaves them unset.
+  kept from the stored object when an update leaves them unset; a NodePort or LoadBalancer Service's
+  node ports.
 """
 
 from __future__ import annotations
@@ -99,10 +100,22 @@ def _allocate_cluster_ip() -> str:
     return str(_SERVICE_RANGE.network_address + offset)
 
 
+def _node_ports(spec: dict[str, Any], old_spec: Mapping[str, Any]) -> None:
+    """A NodePort or LoadBalancer Service's ports get a ``nodePort`` (kept from the stored port of the same
+    ``port`` on update, else random in kube's 30000-32767, not checked for uniqueness)."""
+    if spec.get("type") not in ("NodePort", "LoadBalancer"):
+        return
+    kept = {p.get("port"): p.get("nodePort") for p in old_spec.get("ports") or () if isinstance(p, Mapping)}
+    for port in spec.get("ports") or ():
+        if isinstance(port, dict) and not port.get("nodePort"):
+            port["nodePort"] = kept.get(port.get("port")) or 30000 + secrets.randbelow(2768)
+
+
 def _service_ips(obj: dict[str, Any], old: Mapping[str, Any] | None) -> None:
     spec = obj.setdefault("spec", {})
     if spec.get("type") == "ExternalName":
         return
+    _node_ports(spec, (old or {}).get("spec") or {})
     if old is not None:
         old_spec = old.get("spec") or {}
         for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
