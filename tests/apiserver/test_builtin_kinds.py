@@ -472,7 +472,11 @@ def test_openapi_describes_the_kinds(server: TestAPIServer) -> None:
     assert deployment["x-kubernetes-group-version-kind"] == [{"group": "apps", "version": "v1",
                                                               "kind": "Deployment"}]
     spec = deployment["properties"]["spec"]["properties"]
-    assert spec["replicas"] == {"type": "integer", "format": "int64"}
+    assert spec["replicas"]["type"] == "integer" and spec["replicas"]["description"].startswith(
+        "Number of desired pods.")
+    container = spec["template"]["properties"]["spec"]["properties"]["containers"]["items"]["properties"]
+    assert container["image"]["description"].startswith("Container image name.")
+    assert container["name"]["description"].startswith("Name of the container")  # each field its own
     assert spec["template"]["properties"]["spec"]["properties"]["containers"]["type"] == "array"
     assert "/apis/apps/v1/namespaces/{namespace}/deployments/{name}" in doc["paths"]
 

@@ -69,6 +69,7 @@ def test_apply_scale_and_generation(kubectl: Kubectl, kns: str) -> None:
 def test_explain_and_describe(kubectl: Kubectl, kns: str) -> None:
     out = kubectl.run("explain", "deployment.spec.replicas").stdout
     assert "KIND:       Deployment" in out and "FIELD: replicas <integer>" in out
+    assert "Number of desired pods." in out  # the field's documentation, from the client's models
     out = kubectl.run("explain", "pod.spec.containers.image").stdout
     assert "FIELD: image <string>" in out
     kubectl.run("apply", "-n", kns, "-f", "-", input=_deployment("web"))
@@ -82,6 +83,7 @@ def test_explain_and_describe(kubectl: Kubectl, kns: str) -> None:
 def test_explain_through_openapi_v2(kubectl: Kubectl) -> None:
     out = kubectl.run("explain", "--output=plaintext-openapiv2", "deployment.spec.replicas").stdout
     assert "KIND:     Deployment" in out and "VERSION:  apps/v1" in out and "FIELD:    replicas <integer>" in out
+    assert "Number of desired pods." in out
     out = kubectl.run("explain", "--output=plaintext-openapiv2", "pods.spec.containers").stdout
     assert "imagePullPolicy\t<string>" in out and "ports\t<[]Object>" in out
 

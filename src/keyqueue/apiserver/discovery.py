@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .objects import ResourceType, schema_of
+from .objects.models import describe
 
 #: Resource types by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
 Served = Mapping[str, Mapping[str, ResourceType]]
@@ -179,7 +180,8 @@ def _from_spec(spec: Any) -> dict[str, Any]:
         props = {k: ({"allOf": [_ref(_META + "ObjectMeta")], "default": {}} if k == "metadata" else _from_spec(v))
                  for k, v in spec.items()}
         return {"type": "object", "properties": props}
-    return {"string": _STR, "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
+    # a new dict per field (descriptions are added to them), never a shared constant
+    return {"string": dict(_STR), "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
             "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"},
             "quantity": {"type": "string"}}[spec]
 
@@ -205,6 +207,8 @@ def _schemas(types: Mapping[str, ResourceType]) -> dict[str, Any]:
             schemas[name] = rt.custom.openapi_schema(_ref(_META + "ObjectMeta"))
         else:
             schemas[name] = _from_spec(schema_of(rt))
+            if rt.model:  # the client's documentation of each field, for kubectl explain
+                describe(schemas[name], rt.model)
         schemas[name]["x-kubernetes-group-version-kind"] = [_gvk(rt.kind, rt.group, rt.version)]
         schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
     return schemas

@@ -27,7 +27,7 @@ import importlib
 import re
 from typing import Any, Final
 
-__all__ = ["model_spec"]
+__all__ = ["describe", "model_spec"]
 
 _ATOMS: Final = {"str": "string", "bytes": "string", "int": ("ptr", "integer"), "bool": ("ptr", "boolean"),
                  "float": "any", "object": "any", "datetime": "time", "date": "string"}
@@ -85,3 +85,39 @@ def model_spec(model: str, meta: dict[str, Any]) -> dict[str, Any]:
         head = {k: fields.pop(k) for k in ("kind", "apiVersion", "metadata") if k in fields}
         spec = _cache[model] = {**head, **fields}
     return spec
+
+
+def _inner(type_name: str) -> str:
+    """The element type of a list or map type name, else the name itself."""
+    match = _LIST.fullmatch(type_name) or _DICT.fullmatch(type_name)
+    if match is None:
+        return type_name
+    return _inner(next(g for g in match.groups() if g))
+
+
+def describe(schema: dict[str, Any], model: str) -> None:
+    """Add the client model's documentation to ``schema`` (an OpenAPI schema of ``model``'s field spec, changed in
+    place): each field's ``description``, as kube's OpenAPI has it, which ``kubectl explain`` shows.  ObjectMeta
+    and recursive types are left as they are."""
+    _describe(schema, model, frozenset())
+
+
+def _describe(schema: dict[str, Any], model: str, seen: frozenset[str]) -> None:
+    cls = getattr(_models(), model, None)
+    if cls is None or model in seen:
+        return
+    seen |= {model}
+    fields = getattr(cls, "model_fields", {})
+    properties = schema.get("properties") or {}
+    for attr, type_name in cls.openapi_types.items():
+        prop = properties.get(cls.attribute_map[attr])
+        if not isinstance(prop, dict) or "allOf" in prop:  # metadata: a reference to the shared ObjectMeta
+            continue
+        description = getattr(fields.get(attr), "description", None)
+        if description:
+            prop["description"] = description
+        inner = _inner(type_name)
+        if inner.startswith(("V1", "V2", "Core", "Discovery", "Networking", "Rbac", "Policy", "Apps", "Batch")):
+            target = prop.get("items") or prop.get("additionalProperties") or prop
+            if isinstance(target, dict) and "properties" in target:
+                _describe(target, inner, seen)
