@@ -117,7 +117,7 @@ def _describe(schema: dict[str, Any], model: str, seen: frozenset[str]) -> None:
         if description:
             prop["description"] = description
         inner = _inner(type_name)
-        if inner.startswith(("V1", "V2", "Core", "Discovery", "Networking", "Rbac", "Policy", "Apps", "Batch")):
+        if inner not in _ATOMS:  # a model: describe its fields too
             target = prop.get("items") or prop.get("additionalProperties") or prop
             if isinstance(target, dict) and "properties" in target:
                 _describe(target, inner, seen)
