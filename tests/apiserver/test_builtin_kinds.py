@@ -340,6 +340,19 @@ def test_immutable_fields(apis: Callable[[str], Any], ns: str) -> None:
     assert _invalid_fields(err.value) == ["roleRef"]
 
 
+def test_pod_spec_updates_are_limited_to_images_and_a_few_fields(apis: Callable[[str], Any], ns: str) -> None:
+    core = apis("CoreV1Api")
+    _call(apis, "Pod", "create", ns, _body("Pod", "p"))
+    pod = core.patch_namespaced_pod("p", ns, {"spec": {"containers": [{"name": "c", "image": "busybox:2"}],
+                                                       "activeDeadlineSeconds": 60}})
+    assert pod.spec.containers[0].image == "busybox:2" and pod.metadata.generation == 2
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_pod("p", ns, {"spec": {"restartPolicy": "Never"}})
+    assert _invalid_fields(err.value) == ["spec"]
+    assert "pod updates may not change fields other than `spec.containers[*].image`" in json.loads(
+        err.value.body)["message"]
+
+
 def test_generation_counts_spec_changes_only(apis: Callable[[str], Any], ns: str) -> None:
     apps = apis("AppsV1Api")
     d = _call(apis, "Deployment", "create", ns, _body("Deployment", "d"))

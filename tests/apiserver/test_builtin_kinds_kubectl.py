@@ -130,3 +130,27 @@ def test_kubectl_create_sends_protobuf_bodies(kubectl: Kubectl, kns: str) -> Non
         "backend": {"service": {"name": "svc", "port": {"number": 8080}}}, "path": "/bar", "pathType": "Prefix"}
     out = kubectl.run("get", "deployments", "-n", kns).stdout
     assert out.splitlines()[1].split()[:2] == ["web", "0/2"]
+
+
+def test_apply_merges_containers_by_name(kubectl: Kubectl, kns: str) -> None:
+    """kube's patch merge keys are in the OpenAPI schemas and the server's strategic merge: kubectl apply removes a
+    container and an env var that left the manifest, and ``set image`` changes only the image of a Pod."""
+    def manifest(containers: list[dict[str, object]]) -> str:
+        return json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {
+            "selector": {"matchLabels": {"app": "w"}},
+            "template": {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": containers}}}})
+
+    kubectl.run("apply", "-n", kns, "-f", "-", input=manifest([
+        {"name": "a", "image": "x", "env": [{"name": "E1", "value": "1"}, {"name": "E2", "value": "2"}]},
+        {"name": "b", "image": "y"}]))
+    kubectl.run("apply", "-n", kns, "-f", "-", input=manifest([
+        {"name": "a", "image": "x:2", "env": [{"name": "E2", "value": "3"}]}]))
+    containers = json.loads(kubectl.run("get", "deploy", "w", "-n", kns, "-o",
+                                        "jsonpath={.spec.template.spec.containers}").stdout)
+    assert [(c["name"], c["image"], c["env"]) for c in containers] == [("a", "x:2", [{"name": "E2", "value": "3"}])]
+    assert containers[0]["imagePullPolicy"] == "Always"  # the stored default, kept by the merge
+    kubectl.run("run", "p", "--image=busybox", "-n", kns)
+    kubectl.run("set", "image", "pod/p", "p=busybox:2", "-n", kns)
+    out = kubectl.run("get", "pod", "p", "-n", kns, "-o",
+                      "jsonpath={.spec.containers[0].image} {.spec.containers[0].imagePullPolicy}").stdout
+    assert out == "busybox:2 Always"

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from .objects import ResourceType, schema_of
 from .objects.models import describe
+from .patch import merge_lists
 
 #: Resource types by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
 Served = Mapping[str, Mapping[str, ResourceType]]
@@ -186,6 +187,24 @@ def _from_spec(spec: Any) -> dict[str, Any]:
             "quantity": {"type": "string"}}[spec]
 
 
+def _mark_merge_lists(schema: dict[str, Any], path: tuple[str, ...],
+                      lists: Mapping[tuple[str, ...], str | None]) -> None:
+    """Give the lists a strategic merge patch merges (:func:`~.patch.merge_lists`) kube's patch extensions, so that
+    kubectl's client-side apply sends merge patches with directives for them rather than whole lists."""
+    for key, prop in (schema.get("properties") or {}).items():
+        if not isinstance(prop, dict):
+            continue
+        sub = (*path, key)
+        if prop.get("type") == "array" and sub in lists:
+            prop["x-kubernetes-patch-strategy"] = "merge"
+            merge_key = lists[sub]
+            if merge_key is not None:
+                prop["x-kubernetes-patch-merge-key"] = merge_key
+        target = prop.get("items") if prop.get("type") == "array" else prop
+        if isinstance(target, dict):
+            _mark_merge_lists(target, sub, lists)
+
+
 def _defs_name(rt: ResourceType) -> str:
     """The component name of ``rt``'s objects: ``io.k8s.api.core.v1.ConfigMap``; for a custom resource kube's
     reversed group (``com.example.v1.Widget``)."""
@@ -209,6 +228,7 @@ def _schemas(types: Mapping[str, ResourceType]) -> dict[str, Any]:
             schemas[name] = _from_spec(schema_of(rt))
             if rt.model:  # the client's documentation of each field, for kubectl explain
                 describe(schemas[name], rt.model)
+                _mark_merge_lists(schemas[name], (), merge_lists())
         schemas[name]["x-kubernetes-group-version-kind"] = [_gvk(rt.kind, rt.group, rt.version)]
         schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
     return schemas

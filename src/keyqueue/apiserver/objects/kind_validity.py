@@ -13,6 +13,8 @@ What is checked (a subset of kube's ``validation.go`` files, the rules operators
   immutable (a suspended Job's template may change, as kube allows); CronJobs: ``schedule`` required;
 * Services: a DNS-1035 name, ``type`` and ``sessionAffinity`` values, ports required (except headless and
   ExternalName) and in range; on update ``clusterIP``/``clusterIPs`` may not change;
+* Pods: on update only container images, ``activeDeadlineSeconds``, ``tolerations`` and
+  ``terminationGracePeriodSeconds`` may change;
 * Secrets: ``data`` keys; on update ``type`` is immutable; RBAC: rules' ``verbs`` required, ``roleRef`` required
   and immutable; PodDisruptionBudgets: not both ``minAvailable`` and ``maxUnavailable``; Ingresses: each path's
   ``pathType``; EndpointSlices: ``addressType`` required and immutable.
@@ -299,10 +301,32 @@ def _immutable(field: str, shown: str) -> _Cause:
     return _invalid(field, shown, "field is immutable")
 
 
+_POD_UPDATE_FORBIDDEN: Final = (
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing "
+    "tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+
+
+def _pod_spec_mutable_masked(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A Pod spec without the fields an update may change (kube's ``ValidatePodUpdate``): container images,
+    ``activeDeadlineSeconds``, ``tolerations`` and ``terminationGracePeriodSeconds``."""
+    out = {k: v for k, v in spec.items()
+           if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")}
+    for key in ("containers", "initContainers"):
+        if isinstance(out.get(key), list):
+            out[key] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, Mapping) else c
+                        for c in out[key]]
+    return out
+
+
 def kind_update_causes(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> list[_Cause]:
-    """The 422 causes of changing ``old`` into ``new`` (both of ``rt``): the immutable fields."""
+    """The 422 causes of changing ``old`` into ``new`` (both of ``rt``): the immutable fields, and a Pod spec's
+    fields other than those an update may change."""
     new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
     causes: list[_Cause] = []
+    if rt is PODS and _pod_spec_mutable_masked(new_spec) != _pod_spec_mutable_masked(old_spec):
+        causes.append(("FieldValueForbidden", "spec", _POD_UPDATE_FORBIDDEN))
     if (rt in _REPLICATED or rt is JOBS) and new_spec.get("selector") != old_spec.get("selector"):
         causes.append(_immutable("spec.selector", _go_selector(new_spec.get("selector"))))
     if rt is JOBS and new_spec.get("template") != old_spec.get("template") and not old_spec.get("suspend"):
