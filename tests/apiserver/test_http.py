@@ -83,7 +83,7 @@ def test_discovery_documents(conn: Conn) -> None:
 
 
 def test_unknown_paths_and_methods(conn: Conn) -> None:
-    for path in ("/apis/apps/v1", "/api/v1/pods", "/api/v1/namespaces/default/secrets", "/nope"):
+    for path in ("/apis/storage.k8s.io/v1", "/api/v1/nodes", "/api/v1/namespaces/default/configmapz", "/nope"):
         status, body, _ = conn.request("GET", path)
         assert status == 404 and body["kind"] == "Status" and body["reason"] == "NotFound", path
     status, body, _ = conn.request("PUT", "/api/v1/namespaces/default/configmaps")

@@ -33,7 +33,7 @@ def test_protobuf_namespace() -> None:
     assert decode_object(body) == {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "team-a"}}
 
 
-@pytest.mark.parametrize("body", [b"nope", b"k8s\x00\x0a\xff", b"k8s\x00" + field(1, field(2, "Secret"))])
+@pytest.mark.parametrize("body", [b"nope", b"k8s\x00\x0a\xff", b"k8s\x00" + field(1, field(2, "Node"))])
 def test_protobuf_rejects_bad_bodies(body: bytes) -> None:
     with pytest.raises(APIError) as info:
         decode_object(body)

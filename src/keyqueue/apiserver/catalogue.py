@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import discovery
+from . import discovery, openapiv2
 from .objects import BUILTINS, REVIEWS, ResourceType
 
 __all__ = ["Catalogue"]
@@ -47,6 +47,8 @@ class Catalogue:
         self._custom: dict[str, tuple[ResourceType, ...]] = {}  # CRD name -> the types it serves
         self._revisions: dict[str, int] = {}  # CRD name -> the storage revision of the last change applied
         self._documents: _Documents | None = None
+        # /openapi/v2 (JSON, protobuf), built on first request for the served state it was built from
+        self._v2: tuple[Mapping[str, Mapping[str, ResourceType]], bytes, bytes] | None = None
 
     # ------------------------------------------------------------------ lookups
     def served(self) -> Mapping[str, Mapping[str, ResourceType]]:
@@ -166,6 +168,19 @@ class Catalogue:
         """The ``/openapi/v3`` index pointing at each group version's document by content hash."""
         hashes = self._docs()[1].hashes
         return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, h in hashes.items()}}
+
+    def openapi_v2_bytes(self, protobuf: bool) -> bytes:
+        """The ``/openapi/v2`` document of everything served: JSON, or gnostic protobuf (:mod:`.openapiv2`)."""
+        served = self.served()
+        cached = self._v2
+        if cached is None or cached[0] is not served:
+            schemas: dict[str, Any] = {}
+            for gv in served:
+                schemas.update(discovery.openapi_v3_doc(served, gv)["components"]["schemas"])
+            doc = openapiv2.swagger_document(schemas, discovery.GIT_VERSION)
+            cached = (served, json.dumps(doc, separators=(",", ":")).encode(), openapiv2.encode_document(doc))
+            self._v2 = cached  # a plain reference swap: a racing builder stores an equal document
+        return cached[2] if protobuf else cached[1]
 
     def openapi_v3_bytes(self, path: str) -> bytes | None:
         """The encoded OpenAPI v3 document at ``/openapi/v3/<path>``, or ``None`` if none."""

@@ -15,11 +15,25 @@ from pathlib import Path
 from keyqueue._signals import recorded_signals
 
 from .etcd import EtcdStartError
+from .objects import BUILTINS, REVIEWS
 from .testserver import TestAPIServer
 
 __all__ = ["DESCRIPTION", "SERVED", "add_arguments", "run"]
 
-SERVED = "ConfigMaps, Namespaces, Events, Leases, CustomResourceDefinitions and their custom resources"
+
+def _plural(kind: str) -> str:
+    if kind.endswith("ss"):
+        return kind + "es"
+    return kind if kind.endswith("s") else kind + "s"
+
+
+def _served() -> str:
+    """Every stored built-in kind in plural (``ConfigMaps, ..., EndpointSlices``) and the custom resources."""
+    kinds = list(dict.fromkeys(_plural(rt.kind) for rt in BUILTINS if rt not in REVIEWS))
+    return ", ".join(kinds) + " and the custom resources of the CRDs"
+
+
+SERVED = _served()
 """The resources the test server serves, as its description and banner name them."""
 
 DESCRIPTION = (

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .objects import ResourceType, schema_of
+from .objects.models import describe
+from .patch import merge_lists
 
 #: Resource types by group version (``v1``, ``coordination.k8s.io/v1``) and resource name.
 Served = Mapping[str, Mapping[str, ResourceType]]
@@ -129,10 +131,16 @@ def api_resource_list(served: Served, group_version: str = "v1") -> dict[str, An
         }
         if rt.custom is not None and rt.custom.categories:
             entry["categories"] = list(rt.custom.categories)
+        elif rt.categories:
+            entry["categories"] = list(rt.categories)
         resources.append(entry)
-        if rt.custom is not None and rt.custom.status:
+        if rt.status or (rt.custom is not None and rt.custom.status):
             resources.append({"name": f"{rt.name}/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if rt.scale:
+            resources.append({"name": f"{rt.name}/scale", "singularName": "", "namespaced": rt.namespaced,
+                              "group": "autoscaling", "version": "v1", "kind": "Scale",
+                              "verbs": ["get", "patch", "update"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -173,8 +181,28 @@ def _from_spec(spec: Any) -> dict[str, Any]:
         props = {k: ({"allOf": [_ref(_META + "ObjectMeta")], "default": {}} if k == "metadata" else _from_spec(v))
                  for k, v in spec.items()}
         return {"type": "object", "properties": props}
-    return {"string": _STR, "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
-            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"}}[spec]
+    # a new dict per field (descriptions are added to them), never a shared constant
+    return {"string": dict(_STR), "integer": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
+            "microtime": _ref(_META + "MicroTime"), "time": _ref(_META + "Time"), "any": {"type": "object"},
+            "quantity": {"type": "string"}}[spec]
+
+
+def _mark_merge_lists(schema: dict[str, Any], path: tuple[str, ...],
+                      lists: Mapping[tuple[str, ...], str | None]) -> None:
+    """Give the lists a strategic merge patch merges (:func:`~.patch.merge_lists`) kube's patch extensions, so that
+    kubectl's client-side apply sends merge patches with directives for them rather than whole lists."""
+    for key, prop in (schema.get("properties") or {}).items():
+        if not isinstance(prop, dict):
+            continue
+        sub = (*path, key)
+        if prop.get("type") == "array" and sub in lists:
+            prop["x-kubernetes-patch-strategy"] = "merge"
+            merge_key = lists[sub]
+            if merge_key is not None:
+                prop["x-kubernetes-patch-merge-key"] = merge_key
+        target = prop.get("items") if prop.get("type") == "array" else prop
+        if isinstance(target, dict):
+            _mark_merge_lists(target, sub, lists)
 
 
 def _defs_name(rt: ResourceType) -> str:
@@ -198,6 +226,9 @@ def _schemas(types: Mapping[str, ResourceType]) -> dict[str, Any]:
             schemas[name] = rt.custom.openapi_schema(_ref(_META + "ObjectMeta"))
         else:
             schemas[name] = _from_spec(schema_of(rt))
+            if rt.model:  # the client's documentation of each field, for kubectl explain
+                describe(schemas[name], rt.model)
+                _mark_merge_lists(schemas[name], (), merge_lists())
         schemas[name]["x-kubernetes-group-version-kind"] = [_gvk(rt.kind, rt.group, rt.version)]
         schemas[name + "List"] = _listing(rt.list_kind, name, rt.group, rt.version)
     return schemas

@@ -9,7 +9,8 @@
   ``$deleteFromPrimitiveList/<field>``, ``$setElementOrder/<field>`` (accepted,
   order is not enforced), and list merging for the few lists of these types that
   have a merge strategy (``metadata.finalizers`` merges as a set,
-  ``metadata.ownerReferences`` by ``uid``, ``status.conditions`` by ``type``).
+  ``metadata.ownerReferences`` by ``uid``, ``status.conditions`` by ``type``, a Service's ``spec.ports`` by
+  ``port``, a pod spec's containers and volumes by ``name``, a container's ports, env and mounts by their keys).
   Every other list is replaced, as their schemas say.
 """
 
@@ -23,19 +24,37 @@ import jsonpointer
 
 from .errors import APIError, bad_request
 
-__all__ = ["JSON_PATCH", "MERGE_PATCH", "PATCH_TYPES", "STRATEGIC_MERGE_PATCH", "apply_patch"]
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "PATCH_TYPES", "STRATEGIC_MERGE_PATCH", "apply_patch", "merge_lists"]
 
 JSON_PATCH: Final = "application/json-patch+json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 PATCH_TYPES: Final = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
-# Lists with a merge strategy: None = set of primitives, otherwise the merge key.
+# Lists with a merge strategy: None = set of primitives, otherwise the merge key.  Paths run through objects only
+# (a list item's fields continue the list's path): the pod spec's lists are listed where a Pod, a workload's
+# template and a CronJob's job template hold them, with kube's patch merge keys.
+_POD_SPEC_LISTS: Final[dict[tuple[str, ...], str | None]] = {
+    ("containers",): "name", ("initContainers",): "name", ("ephemeralContainers",): "name",
+    ("volumes",): "name", ("imagePullSecrets",): "name", ("hostAliases",): "ip",
+    **{(containers, field): key for containers in ("containers", "initContainers", "ephemeralContainers")
+       for field, key in (("ports", "containerPort"), ("env", "name"), ("volumeMounts", "mountPath"),
+                          ("volumeDevices", "devicePath"))},
+}
+_POD_SPECS: Final = (("spec",), ("spec", "template", "spec"), ("spec", "jobTemplate", "spec", "template", "spec"))
 _MERGE_LISTS: Final[dict[tuple[str, ...], str | None]] = {
     ("metadata", "finalizers"): None,
     ("metadata", "ownerReferences"): "uid",
     ("status", "conditions"): "type",
+    ("spec", "ports"): "port",  # a Service's
+    **{(*prefix, *path): key for prefix in _POD_SPECS for path, key in _POD_SPEC_LISTS.items()},
 }
+
+
+def merge_lists() -> dict[tuple[str, ...], str | None]:
+    """The lists a strategic merge patch merges (by path from the object's root; a list item's fields continue the
+    list's path), with their merge key (``None``: a set of primitives)."""
+    return dict(_MERGE_LISTS)
 
 
 def _unprocessable(why: str) -> APIError:

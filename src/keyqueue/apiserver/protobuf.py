@@ -1,6 +1,8 @@
-"""A small decoder for the Kubernetes protobuf encoding of ConfigMaps, Namespaces and the self-reviews.
+"""A small decoder for the Kubernetes protobuf encoding of the objects kubectl creates from the command line.
 
-``kubectl create configmap``, ``kubectl create namespace`` and ``kubectl auth can-i|whoami`` send their bodies
+``kubectl create configmap``, ``kubectl create namespace``, ``kubectl auth can-i|whoami`` and ``kubectl create
+deployment|service|secret|serviceaccount|job|cronjob|role|clusterrole|rolebinding|clusterrolebinding|pdb|ingress``
+send their bodies
 as ``application/vnd.kubernetes.protobuf``: the 4-byte magic ``k8s\\x00``
 followed by a ``runtime.Unknown`` message (field 1 ``typeMeta``, field 2 the raw
 object).  This module turns such a body into the equivalent JSON dict, which
@@ -195,21 +197,147 @@ _RULES_REVIEW: Final[_Layout] = {1: ("metadata", "meta"), 2: ("spec", {1: ("name
 _SUBJECT_REVIEW: Final[_Layout] = {1: ("metadata", "meta")}
 
 
+def _int_or_string(raw: bytes) -> int | str:
+    """``intstr.IntOrString``: type 1 (0 int, 1 string), intVal 2, strVal 3."""
+    kind, number, text = 0, 0, ""
+    for n, v in _fields(raw):
+        if n == 1:
+            kind = _int64(v)
+        elif n == 2:
+            number = _int64(v)
+        elif n == 3:
+            text = _str(v)
+    return text if kind == 1 else number
+
+
+def _value(kind: Any, v: int | bytes) -> Any:
+    """One field's value, or ``None`` for an empty one (gogo writes zero scalars of non-pointer fields; JSON's
+    ``omitempty`` drops them, and so is done here)."""
+    if kind == "string":
+        return _str(v) or None
+    if kind == "int":
+        return _int64(v) or None
+    if kind == "int0":  # a pointer field: an explicit 0 is a value
+        return _int64(v)
+    if kind == "bool":
+        return bool(_int64(v)) or None
+    if kind == "meta":
+        return _object_meta(v)
+    if kind == "intstr":
+        return _int_or_string(_bytes(v))
+    if kind == "quantity":  # resource.Quantity: its string (field 1)
+        return next((_str(q) for n, q in _fields(_bytes(v)) if n == 1), "")
+    if kind == "bytes":
+        return base64.b64encode(_bytes(v)).decode()
+    return _message(_bytes(v), kind)
+
+
 def _message(raw: bytes, layout: _Layout) -> dict[str, Any]:
-    """Decode a message of ``layout``; unknown fields (a review's status, ...) are skipped, empty strings too."""
+    """Decode a message of ``layout``; unknown fields (a review's status, ...) are skipped, empty values too.
+
+    A layout maps field numbers to ``(JSON name, kind)``; a kind is ``"string"``, ``"int"``, ``"int0"``,
+    ``"bool"``, ``"meta"``, ``"intstr"``, ``"quantity"``, ``"bytes"``, a nested layout, ``("list", kind)``,
+    ``("map", kind)`` (entries key 1, value 2) or ``("inline", layout)`` (a Go embedded struct: its fields
+    join the parent's in JSON)."""
     out: dict[str, Any] = {}
     for number, v in _fields(raw):
         if number not in layout:
             continue
         name, kind = layout[number]
-        if kind == "string":
-            if text := _str(v):
-                out[name] = text
-        elif kind == "meta":
-            out[name] = _object_meta(v)
-        else:
-            out[name] = _message(_bytes(v), kind)
+        if isinstance(kind, tuple) and kind[0] == "list":
+            item = _value(kind[1], v)
+            out.setdefault(name, []).append("" if item is None else item)
+        elif isinstance(kind, tuple) and kind[0] == "map":
+            key, item = "", None
+            for n, entry in _fields(_bytes(v)):
+                if n == 1:
+                    key = _str(entry)
+                elif n == 2:
+                    item = _value(kind[1], entry)
+            out.setdefault(name, {})[key] = "" if item is None else item
+        elif isinstance(kind, tuple) and kind[0] == "inline":
+            out.update(_message(_bytes(v), kind[1]))
+        elif (value := _value(kind, v)) is not None:
+            out[name] = value
     return out
+
+
+_STRINGS: Final = ("list", "string")
+_LABEL_SELECTOR: Final[_Layout] = {
+    1: ("matchLabels", ("map", "string")),
+    2: ("matchExpressions", ("list", {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", _STRINGS)})),
+}
+_CONTAINER: Final[_Layout] = {
+    1: ("name", "string"), 2: ("image", "string"), 3: ("command", _STRINGS), 4: ("args", _STRINGS),
+    5: ("workingDir", "string"),
+    6: ("ports", ("list", {1: ("name", "string"), 2: ("hostPort", "int"), 3: ("containerPort", "int"),
+                           4: ("protocol", "string"), 5: ("hostIP", "string")})),
+    7: ("env", ("list", {1: ("name", "string"), 2: ("value", "string")})),
+    8: ("resources", {1: ("limits", ("map", "quantity")), 2: ("requests", ("map", "quantity"))}),
+    13: ("terminationMessagePath", "string"), 14: ("imagePullPolicy", "string"), 16: ("stdin", "bool"),
+    17: ("stdinOnce", "bool"), 18: ("tty", "bool"), 20: ("terminationMessagePolicy", "string"),
+}
+_POD_TEMPLATE: Final[_Layout] = {1: ("metadata", "meta"), 2: ("spec", {
+    2: ("containers", ("list", _CONTAINER)), 3: ("restartPolicy", "string"),
+    4: ("terminationGracePeriodSeconds", "int0"), 6: ("dnsPolicy", "string"),
+    7: ("nodeSelector", ("map", "string")), 8: ("serviceAccountName", "string"), 10: ("nodeName", "string"),
+    19: ("schedulerName", "string"), 20: ("initContainers", ("list", _CONTAINER)),
+})}
+_JOB_SPEC: Final[_Layout] = {
+    1: ("parallelism", "int0"), 2: ("completions", "int0"), 3: ("activeDeadlineSeconds", "int0"),
+    4: ("selector", _LABEL_SELECTOR), 5: ("manualSelector", "bool"), 6: ("template", _POD_TEMPLATE),
+    7: ("backoffLimit", "int0"), 8: ("ttlSecondsAfterFinished", "int0"), 9: ("completionMode", "string"),
+    10: ("suspend", "bool"),
+}
+_SUBJECT: Final[_Layout] = {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"),
+                            4: ("namespace", "string")}
+_ROLE_REF: Final[_Layout] = {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}
+_RULES: Final = ("list", {1: ("verbs", _STRINGS), 2: ("apiGroups", _STRINGS), 3: ("resources", _STRINGS),
+                          4: ("resourceNames", _STRINGS), 5: ("nonResourceURLs", _STRINGS)})
+_INGRESS_BACKEND: Final[_Layout] = {4: ("service", {1: ("name", "string"),
+                                                    2: ("port", {1: ("name", "string"), 2: ("number", "int")})})}
+#: The kinds ``kubectl create <kind>`` builds (field numbers of k8s.io/api's ``generated.proto``): the fields
+#: those commands set, not every field of the type.
+_KIND_LAYOUTS: Final[dict[tuple[str, str], _Layout]] = {
+    ("apps/v1", "Deployment"): {1: ("metadata", "meta"), 2: ("spec", {
+        1: ("replicas", "int0"), 2: ("selector", _LABEL_SELECTOR), 3: ("template", _POD_TEMPLATE),
+        4: ("strategy", {1: ("type", "string"),
+                         2: ("rollingUpdate", {1: ("maxUnavailable", "intstr"), 2: ("maxSurge", "intstr")})}),
+        5: ("minReadySeconds", "int"), 6: ("revisionHistoryLimit", "int0"), 9: ("progressDeadlineSeconds", "int0"),
+    })},
+    ("v1", "Service"): {1: ("metadata", "meta"), 2: ("spec", {
+        1: ("ports", ("list", {1: ("name", "string"), 2: ("protocol", "string"), 3: ("port", "int"),
+                               4: ("targetPort", "intstr"), 5: ("nodePort", "int")})),
+        2: ("selector", ("map", "string")), 3: ("clusterIP", "string"), 4: ("type", "string"),
+        7: ("sessionAffinity", "string"), 10: ("externalName", "string"), 18: ("clusterIPs", _STRINGS),
+    })},
+    ("v1", "Secret"): {1: ("metadata", "meta"), 2: ("data", ("map", "bytes")), 3: ("type", "string"),
+                       4: ("stringData", ("map", "string")), 5: ("immutable", "bool")},
+    ("v1", "ServiceAccount"): {1: ("metadata", "meta"), 2: ("secrets", ("list", {3: ("name", "string")})),
+                               3: ("imagePullSecrets", ("list", {1: ("name", "string")}))},
+    ("batch/v1", "Job"): {1: ("metadata", "meta"), 2: ("spec", _JOB_SPEC)},
+    ("batch/v1", "CronJob"): {1: ("metadata", "meta"), 2: ("spec", {
+        1: ("schedule", "string"), 2: ("startingDeadlineSeconds", "int0"), 3: ("concurrencyPolicy", "string"),
+        4: ("suspend", "bool"), 5: ("jobTemplate", {1: ("metadata", "meta"), 2: ("spec", _JOB_SPEC)}),
+        6: ("successfulJobsHistoryLimit", "int0"), 7: ("failedJobsHistoryLimit", "int0"), 8: ("timeZone", "string"),
+    })},
+    ("rbac.authorization.k8s.io/v1", "Role"): {1: ("metadata", "meta"), 2: ("rules", _RULES)},
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): {1: ("metadata", "meta"), 2: ("rules", _RULES)},
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): {
+        1: ("metadata", "meta"), 2: ("subjects", ("list", _SUBJECT)), 3: ("roleRef", _ROLE_REF)},
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): {
+        1: ("metadata", "meta"), 2: ("subjects", ("list", _SUBJECT)), 3: ("roleRef", _ROLE_REF)},
+    ("policy/v1", "PodDisruptionBudget"): {1: ("metadata", "meta"), 2: ("spec", {
+        1: ("minAvailable", "intstr"), 2: ("selector", _LABEL_SELECTOR), 3: ("maxUnavailable", "intstr"),
+        4: ("unhealthyPodEvictionPolicy", "string")})},
+    ("networking.k8s.io/v1", "Ingress"): {1: ("metadata", "meta"), 2: ("spec", {
+        1: ("defaultBackend", _INGRESS_BACKEND),
+        2: ("tls", ("list", {1: ("hosts", _STRINGS), 2: ("secretName", "string")})),
+        3: ("rules", ("list", {1: ("host", "string"), 2: ("", ("inline", {1: ("http", {1: ("paths", ("list", {
+            1: ("path", "string"), 2: ("backend", _INGRESS_BACKEND), 3: ("pathType", "string")}))})}))})),
+        4: ("ingressClassName", "string"),
+    })},
+}
 
 
 def _typed(api_version: str, kind: str, layout: _Layout) -> Callable[[bytes], dict[str, Any]]:
@@ -227,12 +355,13 @@ _DECODERS: Final[dict[tuple[str, str], Callable[[bytes], dict[str, Any]]]] = {
         _typed("authorization.k8s.io/v1", "SelfSubjectRulesReview", _RULES_REVIEW),
     ("authentication.k8s.io/v1", "SelfSubjectReview"):
         _typed("authentication.k8s.io/v1", "SelfSubjectReview", _SUBJECT_REVIEW),
+    **{key: _typed(key[0], key[1], layout) for key, layout in _KIND_LAYOUTS.items()},
 }
 
 
 def decode_object(body: bytes) -> dict[str, Any]:
-    """Decode a ``k8s\\x00``-enveloped ConfigMap, Namespace, SelfSubjectAccessReview, SelfSubjectRulesReview or
-    SelfSubjectReview into its JSON form.
+    """Decode a ``k8s\\x00``-enveloped ConfigMap, Namespace, SelfSubjectAccessReview, SelfSubjectRulesReview,
+    SelfSubjectReview or one of the kinds ``kubectl create <kind>`` sends (the fields it sets) into its JSON form.
 
     Raises a 400 :class:`~keyqueue.apiserver.errors.APIError` for a malformed
     body or another kind.

@@ -65,8 +65,9 @@ def kubeconfig_text(server: str, *, ca_pem: bytes | None = None, token: str | No
 
 
 class TestAPIServer:
-    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces, Events, Leases, CustomResourceDefinitions
-    and their custom resources (not kube-apiserver).
+    """A Kubernetes-API-compatible test server for ConfigMaps, Namespaces, Events, Leases, the built-in kinds
+    operators create and watch (Pods, Services, Secrets, Deployments, Jobs, RBAC, ...; no controllers run),
+    CustomResourceDefinitions and their custom resources (not kube-apiserver).
 
     ``with TestAPIServer() as s:`` starts, in order: etcd on free loopback ports
     (unless ``backend="memory"``, a :class:`~.storage.Backend` instance, or an

@@ -11,7 +11,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["event_causes", "event_update_causes", "namespace_finalizer_causes", "owner_reference_causes"]
+__all__ = [
+    "event_causes", "event_update_causes", "namespace_finalizer_causes", "owner_reference_causes",
+    "qualified_name_causes",
+]
 
 _Cause = tuple[str, str, str]
 
@@ -81,7 +84,7 @@ def _invalid(field: str, value: Any, message: str) -> _Cause:
     return ("FieldValueInvalid", field, f"Invalid value: {_go_quote(value)}: {message}")
 
 
-def _qualified_name_causes(field: str, value: str) -> list[_Cause]:
+def qualified_name_causes(field: str, value: str) -> list[_Cause]:
     """apimachinery's ``IsQualifiedName`` (an empty value is left to the caller's Required check)."""
     if not value:
         return []
@@ -129,7 +132,7 @@ def _legacy_event_causes(event: Mapping[str, Any], core_request: bool) -> list[_
         controller = str(event.get("reportingComponent", ""))
         if not controller:
             causes.append(_required(controller_field))
-        causes.extend(_qualified_name_causes(controller_field, controller))
+        causes.extend(qualified_name_causes(controller_field, controller))
         for field, limit in (("reportingInstance", _REPORTING_INSTANCE_LIMIT), ("action", _ACTION_LIMIT),
                              ("reason", _REASON_LIMIT)):
             value = str(event.get(field, ""))
@@ -183,7 +186,7 @@ def namespace_finalizer_causes(finalizers: Sequence[str]) -> list[_Cause]:
     a standard finalizer (``kubernetes``, ``orphan``, ``foregroundDeletion``)."""
     causes: list[_Cause] = []
     for name in finalizers:
-        causes.extend(_qualified_name_causes("spec.finalizers", name))
+        causes.extend(qualified_name_causes("spec.finalizers", name))
         if "/" not in name and name not in _STANDARD_FINALIZERS:
             causes.append(_invalid("spec.finalizers", name,
                                    "name is neither a standard finalizer name nor is it fully qualified"))

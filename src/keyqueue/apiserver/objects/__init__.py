@@ -2,9 +2,10 @@
 
 This package holds the per-resource rules that kube-apiserver gets from its type definitions and registry
 strategies, restricted to ConfigMaps, Namespaces and Events (core ``v1``), Events (``events.k8s.io/v1``, stored as
-core Events), Leases (``coordination.k8s.io/v1``), CustomResourceDefinitions and the self access reviews (answered,
-never stored).  A type is a :class:`ResourceType` plus its field spec; the registry, the routes, discovery and
-OpenAPI are generic over them.
+core Events), Leases (``coordination.k8s.io/v1``), CustomResourceDefinitions, the self access reviews (answered,
+never stored), and the built-in kinds operators create and watch (Pods, Services, Deployments, Jobs, RBAC, ...),
+whose field specs come from the official client's models.  A type is a :class:`ResourceType` plus its field
+spec; the registry, the routes, discovery and OpenAPI are generic over them.
 
 The package, each module importing only those listed before it:
 
@@ -19,6 +20,12 @@ The package, each module importing only those listed before it:
 * :mod:`.validity`: the 422 Invalid checks: object names, ConfigMap keys, labels, annotations, immutable
   ConfigMaps, immutable ``metadata.uid``, Lease durations and transitions;
 * :mod:`.tables`: the ``meta.k8s.io/v1`` Table form kubectl asks for.
+
+Between them, for the built-in kinds with client-model specs: :mod:`.models` (the specs, derived from the
+client's models, before :mod:`.schemas`), :mod:`.defaults` (kube's ``SetDefaults_*``), :mod:`.strategy` (status
+subresource, generation, a Job's selector, a Service's cluster IP), :mod:`.kind_validity` (their 422 checks,
+before :mod:`.validity`), :mod:`.scale` (the ``/scale`` subresource's Scale) and :mod:`.printers` (their Table
+columns, before :mod:`.tables`).
 """
 
 from .codec import decode_meta, decode_typed, from_stored, to_stored
@@ -30,6 +37,7 @@ from .resources import (
     EVENTS_V1,
     LEASES,
     NAMESPACES,
+    RETURNS_DELETED,
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
     SELF_SUBJECT_REVIEWS,
@@ -38,7 +46,9 @@ from .resources import (
     field_value,
     stored_type,
 )
+from .scale import scale_of, scale_replicas
 from .schemas import canonical, schema_of
+from .strategy import prepare_builtin
 from .tables import to_table
 from .times import age, format_time, normalize_time, parse_time
 from .validity import MAX_ANNOTATION_BYTES, MAX_CONFIGMAP_BYTES, invalid_kind, validate, validate_update
@@ -53,6 +63,7 @@ __all__ = [
     "MAX_ANNOTATION_BYTES",
     "MAX_CONFIGMAP_BYTES",
     "NAMESPACES",
+    "RETURNS_DELETED",
     "REVIEWS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
@@ -68,6 +79,9 @@ __all__ = [
     "invalid_kind",
     "normalize_time",
     "parse_time",
+    "prepare_builtin",
+    "scale_of",
+    "scale_replicas",
     "schema_of",
     "stored_type",
     "to_stored",

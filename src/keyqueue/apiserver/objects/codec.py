@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from ..custom import CustomSchema
 from ..errors import APIError, bad_request
 from .resources import ResourceType, stored_type
-from .schemas import _OBJECT_META, _OWNER_REFERENCE, _SCHEMAS, _Spec, canonical
+from .schemas import _OBJECT_META, _OWNER_REFERENCE, _Spec, canonical, schema_of
 from .times import normalize_time
 
 __all__ = ["decode_meta", "decode_typed", "from_stored", "to_stored"]
@@ -27,6 +28,7 @@ _JSON_TYPE_NAMES: Final = {str: "string", bool: "bool", int: "number", float: "n
 
 def _type_error(rt: ResourceType, path: str, value: object, want: str) -> APIError:
     got = _JSON_TYPE_NAMES.get(type(value), "value")
+    path = re.sub(r"\[\d+\]", "", path)  # Go's message names the field without list indices
     return bad_request(
         f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot unmarshal {got} '
         f"into Go struct field {rt.kind}.{path} of type {want}"
@@ -51,6 +53,10 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
                 f'as "{layout}": cannot parse it ({path})'
             )
         return canonical_time
+    if spec == "quantity":
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise _type_error(rt, path, value, "resource.Quantity")
+        return value if isinstance(value, str) else format(value, "g")
     if spec == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(rt, path, value, "int64")
@@ -68,7 +74,8 @@ def _decode(rt: ResourceType, spec: _Spec, value: Any, path: str, unknown: list[
     if isinstance(spec, tuple) and spec[0] == "list":
         if not isinstance(value, list):
             raise _type_error(rt, path, value, "[]" + ("string" if spec[1] == "string" else "object"))
-        return [_decode(rt, spec[1], v, path, unknown) for v in value]
+        # unknown fields inside a list are named with the item's index, as kube's strict decoding names them
+        return [_decode(rt, spec[1], v, f"{path}[{i}]", unknown) for i, v in enumerate(value)]
     if isinstance(spec, dict):
         if not isinstance(value, dict):
             raise _type_error(rt, path, value, "object")
@@ -106,7 +113,7 @@ def decode_typed(rt: ResourceType, body: Any) -> tuple[dict[str, Any], list[str]
     if not isinstance(body, dict):
         raise bad_request(f"the body of the request must be a {rt.kind} object")
     unknown: list[str] = []
-    obj: dict[str, Any] = _decode(rt, _SCHEMAS[rt.qualified_name], body, "", unknown)
+    obj: dict[str, Any] = _decode(rt, schema_of(rt), body, "", unknown)
     kind = obj.get("kind") or rt.kind
     version = obj.get("apiVersion") or rt.api_version
     if version != rt.api_version:

@@ -15,16 +15,37 @@ from ..custom import CustomSchema
 
 __all__ = [
     "BUILTINS",
+    "CLUSTER_ROLES",
+    "CLUSTER_ROLE_BINDINGS",
     "CONFIGMAPS",
     "CRDS",
+    "CRONJOBS",
+    "DAEMONSETS",
+    "DEPLOYMENTS",
+    "ENDPOINTS",
+    "ENDPOINT_SLICES",
     "EVENTS",
     "EVENTS_V1",
+    "INGRESSES",
+    "JOBS",
     "LEASES",
     "NAMESPACES",
+    "PDBS",
+    "PODS",
+    "PVCS",
+    "REPLICASETS",
+    "RETURNS_DELETED",
     "REVIEWS",
+    "ROLES",
+    "ROLE_BINDINGS",
+    "SECRETS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
     "SELF_SUBJECT_RULES_REVIEWS",
+    "SERVICES",
+    "SERVICE_ACCOUNTS",
+    "STATEFULSETS",
+    "WORKLOAD_KINDS",
     "ResourceType",
     "field_value",
     "stored_type",
@@ -56,6 +77,16 @@ class ResourceType:
     #: For a custom resource (a version of a CustomResourceDefinition): its schema and subresources, which
     #: decoding, validation, defaults, pruning, the table form and OpenAPI follow instead of a built-in spec.
     custom: CustomSchema | None = None
+    #: For a built-in type whose field spec is derived from the official client's model (:mod:`.models`): the
+    #: model class name (``V1Deployment``); ``""`` for the types with a hand-written spec (:mod:`.schemas`).
+    model: str = ""
+    #: A built-in type with a ``/status`` subresource: the main endpoint ignores ``status``, ``/status`` ignores
+    #: everything else, and ``metadata.generation`` counts changes of ``spec`` (see :mod:`.strategy`).
+    status: bool = False
+    #: A built-in type with a ``/scale`` subresource (``autoscaling/v1`` Scale of ``spec.replicas``).
+    scale: bool = False
+    #: The categories discovery lists (``all`` for the kinds ``kubectl get all`` shows).
+    categories: tuple[str, ...] = ()
 
     @property
     def storage_name(self) -> str:
@@ -127,11 +158,55 @@ EVENTS_V1: Final = ResourceType(
 CRDS: Final = ResourceType(
     "customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", False, ("crd", "crds"),
     frozenset({"metadata.name"}), "apiextensions.k8s.io")
+
+def _kind(name: str, kind: str, short: tuple[str, ...] = (), group: str = "", *, namespaced: bool = True,
+          status: bool = False, scale: bool = False, all_category: bool = False,
+          selectors: frozenset[str] = _NAME_NAMESPACE, prefix: str = "V1") -> ResourceType:
+    """A built-in type whose spec comes from the client model ``<prefix><kind>`` (:mod:`.models`)."""
+    return ResourceType(name, kind.lower(), kind, namespaced, short,
+                        selectors if namespaced else selectors - {"metadata.namespace"}, group, model=prefix + kind,
+                        status=status, scale=scale, categories=("all",) if all_category else ())
+
+
+PODS: Final = _kind("pods", "Pod", ("po",), status=True, all_category=True, selectors=_NAME_NAMESPACE | {
+    "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork",
+    "status.phase", "status.podIP", "status.nominatedNodeName"})
+SERVICES: Final = _kind("services", "Service", ("svc",), status=True, all_category=True)
+SECRETS: Final = _kind("secrets", "Secret", selectors=_NAME_NAMESPACE | {"type"})
+SERVICE_ACCOUNTS: Final = _kind("serviceaccounts", "ServiceAccount", ("sa",))
+ENDPOINTS: Final = ResourceType("endpoints", "endpoints", "Endpoints", True, ("ep",), _NAME_NAMESPACE,
+                                model="V1Endpoints")
+PVCS: Final = _kind("persistentvolumeclaims", "PersistentVolumeClaim", ("pvc",), status=True)
+_APPS: Final = "apps"
+DEPLOYMENTS: Final = _kind("deployments", "Deployment", ("deploy",), _APPS, status=True, scale=True,
+                           all_category=True)
+STATEFULSETS: Final = _kind("statefulsets", "StatefulSet", ("sts",), _APPS, status=True, scale=True,
+                            all_category=True)
+DAEMONSETS: Final = _kind("daemonsets", "DaemonSet", ("ds",), _APPS, status=True, all_category=True)
+REPLICASETS: Final = _kind("replicasets", "ReplicaSet", ("rs",), _APPS, status=True, scale=True, all_category=True)
+JOBS: Final = _kind("jobs", "Job", (), "batch", status=True, all_category=True)
+CRONJOBS: Final = _kind("cronjobs", "CronJob", ("cj",), "batch", status=True, all_category=True)
+INGRESSES: Final = _kind("ingresses", "Ingress", ("ing",), "networking.k8s.io", status=True)
+PDBS: Final = _kind("poddisruptionbudgets", "PodDisruptionBudget", ("pdb",), "policy", status=True)
+_RBAC: Final = "rbac.authorization.k8s.io"
+ROLES: Final = _kind("roles", "Role", (), _RBAC)
+ROLE_BINDINGS: Final = _kind("rolebindings", "RoleBinding", (), _RBAC)
+CLUSTER_ROLES: Final = _kind("clusterroles", "ClusterRole", (), _RBAC, namespaced=False)
+CLUSTER_ROLE_BINDINGS: Final = _kind("clusterrolebindings", "ClusterRoleBinding", (), _RBAC, namespaced=False)
+ENDPOINT_SLICES: Final = _kind("endpointslices", "EndpointSlice", (), "discovery.k8s.io")
+#: The built-in kinds operators create and watch, whose specs come from the official client's models.
+WORKLOAD_KINDS: Final = (
+    PODS, SERVICES, SECRETS, SERVICE_ACCOUNTS, ENDPOINTS, PVCS, DEPLOYMENTS, STATEFULSETS, DAEMONSETS, REPLICASETS,
+    JOBS, CRONJOBS, INGRESSES, PDBS, ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES,
+)
+#: Types whose delete answers with the deleted object rather than a ``Status`` (as kube's registries of these
+#: kinds set ``ReturnDeletedObject``, and the official client expects: ``delete_namespaced_pod`` returns a V1Pod).
+RETURNS_DELETED: Final = frozenset({PODS, SERVICES, SERVICE_ACCOUNTS, PVCS})
 #: Types whose create is answered (computed from the request) and never stored.
 REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
 #: The built-in resource types, in discovery order.  What one server serves is its
 #: :class:`~keyqueue.apiserver.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
-BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS)
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS, *WORKLOAD_KINDS)
 
 
 def stored_type(rt: ResourceType) -> ResourceType:

@@ -3,8 +3,11 @@
 A field spec is a type name, ``("map", spec)``, ``("list", spec)``, ``("ptr", spec)`` or a dict of fields (in the
 Go struct's order, which is also the JSON output order).  ``("ptr", spec)`` is a Go pointer field: an empty value
 (``""``, ``0``) is kept, not dropped by ``omitempty``.  ``"microtime"`` is a ``metav1.MicroTime`` string,
-``"time"`` a ``metav1.Time`` one (both written back in kube's canonical UTC form).  Decoding (:mod:`.codec`) and
-OpenAPI (:mod:`~keyqueue.apiserver.discovery`) read these specs; :func:`canonical` orders an object by them, so
+``"time"`` a ``metav1.Time`` one (both written back in kube's canonical UTC form), ``"quantity"`` a
+resource quantity (a string, or a JSON number kept as its string).  The kinds operators create and watch (Pods,
+Deployments, ...) have specs derived from the official client's models (:mod:`.models`) instead of written here.
+Decoding (:mod:`.codec`) and OpenAPI (:mod:`~keyqueue.apiserver.discovery`) read these specs; :func:`canonical`
+orders an object by them, so
 that equal objects encode to equal bytes (a no-op update is detected by comparing bytes, as kube-apiserver does).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .models import model_spec
 from .resources import ResourceType
 
 __all__ = ["canonical", "schema_of"]
@@ -205,7 +209,10 @@ _SCHEMAS: Final[dict[str, dict[str, _Spec]]] = {
 
 
 def schema_of(rt: ResourceType) -> dict[str, Any]:
-    """The field spec ``rt``'s objects are decoded with (see the module docstring)."""
+    """The field spec ``rt``'s objects are decoded with (see the module docstring); for a type with a client
+    :attr:`~.resources.ResourceType.model`, derived from that model (:mod:`.models`)."""
+    if rt.model:
+        return model_spec(rt.model, _OBJECT_META)
     return _SCHEMAS[rt.qualified_name]
 
 
@@ -214,7 +221,7 @@ def canonical(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
     resource with every key sorted (kube encodes them as maps)."""
     if rt.custom is not None:
         return rt.custom.canonical(obj)
-    return _order(_SCHEMAS[rt.qualified_name], obj)  # type: ignore[no-any-return]
+    return _order(schema_of(rt), obj)  # type: ignore[no-any-return]
 
 
 def _order(spec: _Spec, value: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from .printers import KIND_COLUMNS
 from .resources import ResourceType
 from .times import age, parse_time
 
@@ -121,7 +122,7 @@ def _columns(rt: ResourceType) -> list[tuple[dict[str, Any], _Cell]]:
     """The Table columns of ``rt``: its own, a CRD's ``additionalPrinterColumns`` after Name, else Name and Age."""
     if rt.custom is not None and rt.custom.printer_columns:
         return [(_NAME_COLUMN, _name_cell), *rt.custom.columns(_date_cell)]
-    return _COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)
+    return _COLUMNS.get(rt.qualified_name) or KIND_COLUMNS.get(rt.qualified_name, _NAME_AND_AGE)
 
 
 def _row(rt: ResourceType, obj: Mapping[str, Any], now: float, include_object: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, Final
 from ..errors import invalid
 from ..validation import event_causes, event_update_causes, namespace_finalizer_causes, owner_reference_causes
 from .codec import to_stored
+from .kind_validity import kind_causes, kind_update_causes, name_rule
 from .resources import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES, ResourceType, stored_type
 
 __all__ = ["MAX_ANNOTATION_BYTES", "MAX_CONFIGMAP_BYTES", "invalid_kind", "validate", "validate_update"]
@@ -60,6 +61,12 @@ def _bad(field: str, value: str, message: str) -> _Cause:
 
 
 def _name_causes(rt: ResourceType, name: str) -> list[_Cause]:
+    rule = name_rule(rt)
+    if rule is not None:
+        _, pattern, message = rule
+        if len(name) > 63:
+            return [_bad("metadata.name", name, "must be no more than 63 characters")]
+        return [] if pattern.fullmatch(name) else [_bad("metadata.name", name, message)]
     if rt is not NAMESPACES:
         if len(name) > 253:
             return [_bad("metadata.name", name, "must be no more than 253 characters")]
@@ -110,6 +117,8 @@ def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True)
         causes.extend(_configmap_causes(obj))
     if rt is LEASES:
         causes.extend(_lease_causes(obj))
+    if rt.model:
+        causes.extend(kind_causes(rt, obj))
     if rt.custom is not None:
         causes.extend(rt.custom.causes(obj))
     if rt is NAMESPACES:
@@ -233,6 +242,8 @@ def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, 
     new_uid, old_uid = new["metadata"].get("uid", ""), old["metadata"].get("uid", "")
     if new_uid != old_uid:
         causes.append(_bad("metadata.uid", new_uid, "field is immutable"))
+    if rt.model:
+        causes.extend(kind_update_causes(rt, new, old))
     if rt is CONFIGMAPS and old.get("immutable"):
         why = "Forbidden: field is immutable when `immutable` is set"
         if not new.get("immutable"):

@@ -14,7 +14,17 @@ from typing import Any, Final
 from .. import errors
 from ..errors import APIError
 from ..managedfields import managed_fields
-from ..objects import CRDS, NAMESPACES, ResourceType, format_time, validate
+from ..objects import (
+    CRDS,
+    NAMESPACES,
+    RETURNS_DELETED,
+    ResourceType,
+    format_time,
+    prepare_builtin,
+    scale_of,
+    scale_replicas,
+    validate,
+)
 from ..objects import validate_update as _validate_update
 from ..patch import apply_patch
 from ..propagation import deletion_finalizers
@@ -109,6 +119,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._prepare(rt, obj, None)
         self._prepare_extension(rt, obj, None)
+        prepare_builtin(rt, obj, None)
         managed = managed_fields(rt, None, obj, opts.field_manager, meta["creationTimestamp"])
         if managed:
             meta["managedFields"] = managed
@@ -224,6 +235,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
         self._prepare(rt, new, current)
         self._prepare_extension(rt, new, current, subresource)
+        prepare_builtin(rt, new, current, subresource)
         new["metadata"]["managedFields"] = managed_fields(rt, current, new, opts.field_manager,
                                                           format_time(self._clock()))
         if not new["metadata"]["managedFields"]:
@@ -272,6 +284,28 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             return self._update_checks(rt, namespace, name, new, current, opts, subresource)
 
         return self._guaranteed_update(rt, namespace, name, mutate, opts)
+
+    def get_scale(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        """The ``autoscaling/v1`` Scale of a workload (``rt.scale``); 404 if it does not exist."""
+        return scale_of(self.get(rt, namespace, name))
+
+    def update_scale(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions,
+                     patch_type: str = "") -> dict[str, Any]:
+        """Write ``spec.replicas`` of a workload through its Scale: ``body`` is a Scale (PUT; its
+        ``resourceVersion``, if set, a precondition) or, with ``patch_type``, a patch of the current Scale.
+        Returns the new Scale.  400/422 for a bad Scale, 409 for a failed precondition."""
+
+        def mutate(current: dict[str, Any]) -> dict[str, Any]:
+            scale = apply_patch(patch_type, scale_of(current), body) if patch_type else body
+            replicas, rv = scale_replicas(rt, name, scale)
+            if rv and rv != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
+            new = _clone(current)
+            new.setdefault("spec", {})["replicas"] = replicas
+            new["metadata"].pop("resourceVersion", None)
+            return self._update_checks(rt, namespace, name, new, current, opts)
+
+        return scale_of(self._guaranteed_update(rt, namespace, name, mutate, opts))
 
     def delete(
         self,
@@ -330,7 +364,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                 kv = result.kv
                 continue
             if opts.dry_run:
-                return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
+                return current if rt in RETURNS_DELETED else errors.success_status(rt.qualified_name, name,
+                                                                                   meta.get("uid", ""))
             if rt is CRDS:  # its objects go first, and nothing more is served for it
                 self._unserve_crd(current, kv.mod_revision + 1)
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
@@ -342,6 +377,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                     self._finish_namespace(namespace)
                 if rt.custom is not None and rt.custom.terminating:
                     self._finish_crd(rt.custom.crd_name)
+                if rt in RETURNS_DELETED:
+                    return current
                 return errors.success_status(rt.qualified_name, name, meta.get("uid", ""))
             kv = result.kv
 

@@ -113,6 +113,8 @@ class CrudRoutes(Reviews):
     async def _item(self, req: _Request, rt: ResourceType, namespace: str | None, name: str,
                     subresource: str = "") -> web.StreamResponse:
         reg = self.registry
+        if subresource == "scale":
+            return await self._scale(req, rt, namespace, name)
         if req.method == "GET":
             obj = await self._call(reg.get, rt, namespace, name)
             if req.table:
@@ -137,3 +139,19 @@ class CrudRoutes(Reviews):
             opts, preconditions = self._delete_options(req)
             return _json_response(200, await self._call(reg.delete, rt, namespace, name, preconditions, opts))
         raise errors.method_not_allowed(req.method)
+
+    async def _scale(self, req: _Request, rt: ResourceType, namespace: str | None, name: str) -> web.StreamResponse:
+        """``/scale`` of a workload: GET, PUT or PATCH (JSON, merge or strategic merge) of its Scale."""
+        reg = self.registry
+        if req.method == "GET":
+            return _json_response(200, await self._call(reg.get_scale, rt, namespace, name))
+        opts = self._options(req)
+        if req.method == "PUT":
+            body = _loads(req.body, "error decoding body")
+            return _json_response(200, await self._call(reg.update_scale, rt, namespace, name, body, opts),
+                                  opts.warnings)
+        if req.content_type not in PATCH_TYPES:
+            raise errors.unsupported_media_type(req.content_type, list(PATCH_TYPES))
+        patch = _loads(req.body, "error decoding patch")
+        return _json_response(200, await self._call(reg.update_scale, rt, namespace, name, patch, opts,
+                                                    req.content_type), opts.warnings)

@@ -99,9 +99,10 @@ class Router(WatchRoutes, CrudRoutes, StaticRoutes):
         catalogue = self.registry.catalogue
         rt = catalogue.resource_for(group_version, rest[0])
         subresource = ""
-        if (len(rest) == 3 and rest[2] == "status" and not watch_path and rt is not None and rt.custom is not None
-                and rt.custom.status):  # a custom resource's status subresource (scale is not served)
-            subresource, rest = "status", rest[:2]
+        if len(rest) == 3 and not watch_path and rt is not None and (
+                (rest[2] == "status" and (rt.status or (rt.custom is not None and rt.custom.status)))
+                or (rest[2] == "scale" and rt.scale)):  # a CR's scale subresource is not served
+            subresource, rest = rest[2], rest[:2]
         if namespace is not None:
             if rt is None or not rt.namespaced or len(rest) > 2:
                 raise errors.path_not_found()

@@ -8,6 +8,7 @@ from typing import Final
 from aiohttp import web
 
 from .. import discovery
+from ..openapiv2 import PROTOBUF_V2, PROTOBUF_V2_OLD
 from .base import ServerBase
 from .request import _json_response, _Request
 
@@ -30,6 +31,13 @@ class StaticRoutes(ServerBase):
             return _json_response(200, discovery.api_versions(f"{self.host}:{self.port}"))
         if path == "/apis":
             return _json_response(200, catalogue.api_group_list())
+        if path == "/openapi/v2":
+            accept = req.http.headers.get("Accept", "")
+            protobuf = PROTOBUF_V2 in accept or PROTOBUF_V2_OLD in accept
+            body = catalogue.openapi_v2_bytes(protobuf)
+            if protobuf:
+                return web.Response(status=200, body=body, headers={"Content-Type": PROTOBUF_V2})
+            return web.Response(status=200, body=body, content_type="application/json")
         if path == "/openapi/v3":
             return _json_response(200, catalogue.openapi_v3_root())
         if path.startswith("/openapi/v3/") and (doc := catalogue.openapi_v3_bytes(path[12:])) is not None:
