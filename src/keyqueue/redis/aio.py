@@ -85,26 +85,33 @@ class Queue(_HandleBase):
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
-        self._wire = AsyncWire(self._client)  # the lean path of every call but add_many (keyqueue.redis._wire)
+        # The lean path of every call but add_many (keyqueue.redis._wire); a cluster client's own otherwise.
+        self._wire: Any = None if self._cluster else AsyncWire(self._client)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str], packed: bytes | None = None) -> Any:
-        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
-        # loading the script on NOSCRIPT and sending the call once more; the first call of a handle checks the queue's
-        # layout first (as the threaded shell's _check_layout).
+        # As the threaded shell's _call: EVALSHA with the queue's keys as KEYS on the lean path (or the cluster
+        # client's own evalsha), a script the server does not know loaded there and the call sent once more; the
+        # first call of a handle checks the queue's layout first, its errors naming ``op``.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._state.on_layout(await self._call("layout", []))
-        if packed is None:
-            packed = self._packer.evalsha(self._sha[op], args)
+            self._state.on_layout(await self._script(op, "layout", []))
+        return await self._script(op, op, args, packed)
+
+    async def _script(self, shown: str, op: str, args: list[str], packed: bytes | None = None) -> Any:
         try:
-            try:
-                return await self._wire.call(packed)
-            except NoScriptError:
-                await self._client.script_load(script_source(op))
-                return await self._wire.call(packed)
+            if self._cluster:
+                sha = self._sha[op]
+                try:
+                    return await self._client.evalsha(sha, *self._keyargs, *args)
+                except NoScriptError:
+                    await self._client.script_load(script_source(op))  # on every primary
+                    return await self._client.evalsha(sha, *self._keyargs, *args)
+            if packed is None:
+                packed = self._packer.evalsha(self._sha[op], args)
+            return await self._wire.call(packed, self._loads[op])
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), shown, exc) from exc
 
     async def _within(self, budget: float | None, op: str, call: Awaitable[Any]) -> Any:
         # ``call`` (a coroutine of this handle talking to Redis), cancelled after ``budget`` seconds (None: no bound
@@ -119,28 +126,28 @@ class Queue(_HandleBase):
         except TimeoutError as exc:
             if not scope.expired():
                 raise
-            raise translate(self.url, op, exc, within=budget) from exc
+            raise translate(self._where(exc), op, exc, within=budget) from exc
 
     async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
         if not self._state.layout_ok:
-            self._state.on_layout(await self._call("layout", []))
+            self._state.on_layout(await self._script(op, "layout", []))
         sha, keyargs = self._sha[op], self._keyargs
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for args in arg_lists:
-                    pipe.evalsha(sha, *keyargs, *args)
+                    pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
                 replies: list[Any] = await pipe.execute(raise_on_error=False)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 await self._client.script_load(script_source(op))
                 async with self._client.pipeline(transaction=False) as pipe:
                     for i in again:
-                        pipe.evalsha(sha, *keyargs, *arg_lists[i])
+                        pipe.execute_command("EVALSHA", sha, *keyargs, *arg_lists[i])
                     for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
                         replies[i] = r
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), op, exc) from exc
         return replies
 
     @property
@@ -150,8 +157,8 @@ class Queue(_HandleBase):
     async def _wake_local(self, n: int) -> None:
         if n <= 0:
             return
-        with translated(self.url, "wake"):
-            async with self._client.pipeline(transaction=True) as pipe:
+        with translated(self._where(), "wake"):
+            async with self._client.pipeline(transaction=not self._cluster) as pipe:  # no MULTI on a cluster
                 pipe.rpush(self._state.wake_key, *(["1"] * n))
                 pipe.expire(self._state.wake_key, 60)
                 await pipe.execute()
@@ -248,8 +255,9 @@ class Queue(_HandleBase):
                     raise ShutDown
                 state.getters += 1
             try:
-                with translated(self.url, "get (waiting)"):
-                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._wire.call(
+                with translated(self._where(), "get (waiting)"):
+                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._client.blpop(
+                        [state.notify_key, state.wake_key], timeout=wait) if self._cluster else self._wire.call(
                         self._packer.command("BLPOP", state.notify_key, state.wake_key, wait)))
             finally:
                 with state.lock:
@@ -307,7 +315,7 @@ class Queue(_HandleBase):
                 self._scrape_client = (client, client.register_script(script_source("len")))
             client, script = self._scrape_client
         with translated(self.url, "len (metrics scrape)"):
-            reply = script(keys=[self._state.prefix], args=[self._state.now_arg()], client=client)
+            reply = script(keys=self._state.keys, args=[self._state.now_arg()], client=client)
         return self._state.on_len(reply)[1]
 
     async def inspect(self) -> dict[str, int]:
@@ -380,7 +388,8 @@ class Queue(_HandleBase):
             scrape, self._scrape_client = self._scrape_client, None
         if scrape is not None:
             scrape[0].close()
-        await self._wire.close()
+        if self._wire is not None:
+            await self._wire.close()
         if self._owns_client:
             await self._client.aclose()
 

@@ -37,12 +37,14 @@ from keyqueue.redis._protocol import (
     UNCHECKED,
     HandleState,
     _text,
-    describe_url,
+    describe_client,
+    is_cluster_client,
     limiter_tree,
     log,
     read_budget,
     script_sha,
     script_source,
+    server_of,
     socket_timeout_of,
     translate,
     translated,
@@ -120,7 +122,7 @@ class _HandleBase:
             client, shown = client_for(url, asyncio=self._ASYNC)
             self._owns_client = True
         else:
-            shown = describe_url(client)
+            shown = describe_client(client)
             self._owns_client = False
         self._client = client
         self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
@@ -129,20 +131,28 @@ class _HandleBase:
         self.clock = clock
         self.lease_seconds = state.lease
         self._sha = {op: script_sha(op) for op in OPERATIONS}
-        self._keyargs = (1, state.prefix)  # EVALSHA's numkeys and KEYS: the queue's prefix (see lib.lua)
-        pool = getattr(client, "connection_pool", None)
-        if pool is None or not hasattr(pool, "connection_kwargs"):
-            raise TypeError(f"client must be a redis.{'asyncio.' if self._ASYNC else ''}Redis (with a connection "
-                            f"pool), got {type(client).__name__}")
-        kwargs = pool.connection_kwargs
-        self._packer = Packer(state.prefix, encoding=kwargs.get("encoding", "utf-8"),
+        self._keyargs = (len(state.keys), *state.keys)  # EVALSHA's numkeys and KEYS: every key of the queue
+        self._cluster = is_cluster_client(client, asyncio=self._ASYNC)
+        if self._cluster:
+            kwargs: dict[str, Any] = {}
+        else:
+            pool = getattr(client, "connection_pool", None)
+            if pool is None or not hasattr(pool, "connection_kwargs") or not hasattr(pool, "get_connection"):
+                mod = "redis.asyncio" if self._ASYNC else "redis"
+                raise TypeError(f"client must be a {mod}.Redis (a Sentinel's master_for(...) too) or a "
+                                f"{mod}.cluster.RedisCluster, got {type(client).__name__}")
+            kwargs = pool.connection_kwargs
+        self._packer = Packer(state.keys, encoding=kwargs.get("encoding", "utf-8"),
                               errors=kwargs.get("encoding_errors", "strict"))
+        # SCRIPT LOAD of each operation, packed, sent on the connection that answered NOSCRIPT (see _wire).
+        self._loads = {op: self._packer.command("SCRIPT", "LOAD", script_source(op)) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
                                            lock=state.lock, read_depth=self._depth)
         # On Redis's clock a get's arguments never change (no queue time, and metrics are decided by now): packed once.
-        self._get_packed = None if clock is not None else self._packer.evalsha(self._sha["get"], state.get_args())
+        self._get_packed = None if clock is not None or self._cluster else self._packer.evalsha(
+            self._sha["get"], state.get_args())
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
@@ -161,6 +171,13 @@ class _HandleBase:
         """The keys this handle holds right now."""
         with self._state.lock:
             return list(self._state.held)
+
+    def _where(self, exc: BaseException | None = None) -> str:
+        # The server a failed call talked to, for its error: the connection's address, else the client's.
+        noted = getattr(exc, "keyqueue_address", None)
+        if noted is not None:
+            return str(noted)
+        return server_of(self._client, self._state.prefix, self.url)
 
     def _init_shell(self) -> None:
         raise NotImplementedError
@@ -254,75 +271,82 @@ class Queue(_HandleBase):
     def _init_shell(self) -> None:
         # After the handle's state exists (_HandleBase.__init__), before metrics and the clock can call back.
         self._idle = threading.Condition(self._state.lock)  # shut_down_with_drain() waits here for held keys to finish
-        self._wire = SyncWire(self._client)  # the lean path of every call but add_many (see keyqueue.redis._wire)
+        # The lean path of every call but add_many (see keyqueue.redis._wire); a cluster client's own otherwise.
+        self._wire: Any = None if self._cluster else SyncWire(self._client)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua), on the lean path (one connection of
-        # this handle's, the connection's retry policy); the script is loaded when Redis does not know it (first
-        # use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        # EVALSHA with the queue's keys as KEYS (see lib.lua), on the lean path (a connection of the client's pool
+        # held by this handle, the connection's retry policy), or the cluster client's own evalsha; a script Redis
+        # does not know (first use, a restart, a failover, another node) is loaded on that server and the call
+        # sent once more. The handle's first call checks the queue's layout first; its errors name ``op``.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._check_layout()
+            self._state.on_layout(self._script(op, "layout", []))
+        return self._script(op, op, args)
+
+    def _script(self, shown: str, op: str, args: list[str]) -> Any:
+        try:
+            if self._cluster:
+                return self._cluster_script(op, args)
+            return self._wire.call(self._packer.evalsha(self._sha[op], args), self._loads[op])
+        except RedisError as exc:
+            raise translate(self._where(exc), shown, exc) from exc
+
+    def _cluster_script(self, op: str, args: list[str]) -> Any:
+        # The cluster client routes by the queue's keys (one slot) and follows MOVED/ASK itself.
         sha = self._sha[op]
         try:
-            try:
-                return self._wire.call(self._packer.evalsha(sha, args))
-            except NoScriptError:
-                self._client.script_load(script_source(op))
-                return self._wire.call(self._packer.evalsha(sha, args))
-        except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            return self._client.evalsha(sha, *self._keyargs, *args)
+        except NoScriptError:
+            self._client.script_load(script_source(op))  # on every primary
+            return self._client.evalsha(sha, *self._keyargs, *args)
 
     def _call_by(self, hard: float | None, op: str, args: list[str], packed: bytes | None = None) -> Any:
         # As _call, with every reply awaited (and a connection opened, if one must be) until ``hard`` (a monotonic
         # deadline; at most the socket timeout per reply), sent without retries: get's round trips and renew's.
-        # ``packed``: the call already packed (get's constant arguments, see _HandleBase).
+        # ``packed``: the call already packed (get's constant arguments, see _HandleBase). On a cluster client the
+        # client's own path is taken, bounded by its socket timeout per reply.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._state.on_layout(self._call_by(hard, "layout", []))
+            self._state.on_layout(self._within(hard, op, "layout", []))
+        return self._within(hard, op, op, args, packed)
+
+    def _within(self, hard: float | None, shown: str, op: str, args: list[str], packed: bytes | None = None) -> Any:
+        if self._cluster:
+            return self._script(shown, op, args)
         if packed is None:
             packed = self._packer.evalsha(self._sha[op], args)
         budget = read_budget(hard, self._socket_timeout)
         try:
-            try:
-                return self._wire.command_within(budget, packed, deadline=hard)
-            except NoScriptError:
-                self._client.script_load(script_source(op))
-                budget = read_budget(hard, self._socket_timeout)
-                return self._wire.command_within(budget, packed, deadline=hard)
+            return self._wire.command_within(budget, packed, deadline=hard, load=self._loads[op])
         except RedisError as exc:
-            raise translate(self.url, op, exc, within=budget) from exc
+            raise translate(self._where(exc), shown, exc, within=budget) from exc
 
     def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
         # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
         # sent once more after loading it.
         if not self._state.layout_ok:
-            self._check_layout()
+            self._state.on_layout(self._script(op, "layout", []))
         sha, keyargs = self._sha[op], self._keyargs
         try:
             pipe = self._client.pipeline(transaction=False)
             for args in arg_lists:
-                pipe.evalsha(sha, *keyargs, *args)
+                pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
             replies: list[Any] = pipe.execute(raise_on_error=False)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 self._client.script_load(script_source(op))
                 pipe = self._client.pipeline(transaction=False)
                 for i in again:
-                    pipe.evalsha(sha, *keyargs, *arg_lists[i])
+                    pipe.execute_command("EVALSHA", sha, *keyargs, *arg_lists[i])
                 for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
                     replies[i] = r
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), op, exc) from exc
         return replies
-
-    def _check_layout(self) -> None:
-        # Once per handle, before its first operation: refuse a queue an older keyqueue left in Redis (see
-        # HandleState.on_layout). delete() needs no check: it removes the older layout's keys too.
-        self._state.on_layout(self._call("layout", []))
 
     @property
     def _getters(self) -> int:
@@ -332,8 +356,8 @@ class Queue(_HandleBase):
         # Wake n of this handle's blocked getters (their BLPOP also watches the private wake list).
         if n <= 0:
             return
-        with translated(self.url, "wake"):
-            pipe = self._client.pipeline(transaction=True)
+        with translated(self._where(), "wake"):
+            pipe = self._client.pipeline(transaction=not self._cluster)  # a cluster pipeline has no MULTI
             pipe.rpush(self._state.wake_key, *(["1"] * n))
             pipe.expire(self._state.wake_key, 60)
             pipe.execute()
@@ -439,10 +463,14 @@ class Queue(_HandleBase):
             budget = wait + GET_MARGIN  # wait <= remaining: within the hard deadline
             try:
                 try:
-                    popped = self._wire.command_within(
-                        budget, self._packer.command("BLPOP", state.notify_key, state.wake_key, wait), deadline=hard)
+                    if self._cluster:
+                        popped = self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+                    else:
+                        popped = self._wire.command_within(
+                            budget, self._packer.command("BLPOP", state.notify_key, state.wake_key, wait),
+                            deadline=hard)
                 except RedisError as exc:
-                    raise translate(self.url, "get (waiting)", exc, within=budget) from exc
+                    raise translate(self._where(exc), "get (waiting)", exc, within=budget) from exc
             finally:
                 with state.lock:
                     state.getters -= 1
@@ -573,7 +601,8 @@ class Queue(_HandleBase):
         self.shut_down()
         self._stop.set()
         detach(self._state.metrics)
-        self._wire.close()
+        if self._wire is not None:
+            self._wire.close()
         if self._owns_client:
             self._client.close()
 
