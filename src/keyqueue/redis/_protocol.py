@@ -35,7 +35,8 @@ from keyqueue.ratelimit import (
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError, RedisUnavailable
 
-__all__ = ["OPERATIONS", "UNCHECKED", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
+__all__ = ["OPERATIONS", "UNCHECKED", "WAITED", "HandleState", "LimiterTree", "check_key", "limiter_tree",
+           "script_source"]
 
 log = logging.getLogger("keyqueue.redis")
 
@@ -51,6 +52,8 @@ OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
     "delete", "wake", "layout",
 )
+# Operations that change the queue's state: with wait_replicas each is followed by WAIT in the same round trip.
+WAITED: Final = frozenset(OPERATIONS) - {"inspect", "num_requeues", "layout"}
 # Operations a handle may send before it has checked the queue's layout (see HandleState.on_layout).
 UNCHECKED: Final = frozenset({"delete", "layout"})
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
@@ -166,6 +169,30 @@ def check_name(name: object) -> str:
     if not name or "{" in name or "}" in name:
         raise ValueError(f"name must be a non-empty str without '{{' or '}}', got {name!r:.80}")
     return name
+
+
+def check_wait_replicas(value: object) -> tuple[int, float] | None:
+    """``wait_replicas``: ``None``, or ``(n, timeout)``: an int ``n >= 1`` and a finite number of seconds ``> 0``."""
+    if value is None:
+        return None
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise TypeError(f"wait_replicas must be None or a tuple (replicas, timeout seconds), got {value!r:.80}")
+    n, timeout = value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"wait_replicas[0] must be an int >= 1 (replicas), got {n!r:.80}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not (math.isfinite(timeout)
+                                                                                   and timeout > 0):
+        raise ValueError(f"wait_replicas[1] must be a finite number of seconds > 0, got {timeout!r:.80}")
+    return n, float(timeout)
+
+
+def unconfirmed(url: str, operation: str, acks: int, wanted: tuple[int, float]) -> RedisUnavailable:
+    """The error of a call that ran on the primary but that fewer than ``wait_replicas`` replicas confirmed."""
+    return RedisUnavailable(
+        f"Redis at {url} ran {operation}, but only {acks} of {wanted[0]} replicas confirmed it within {wanted[1]} s "
+        "(wait_replicas): a failover now may undo it; retry (an add is safe to repeat; a get's lease runs out "
+        "unrenewed; a done raises LeaseLost if it did finish the key)", operation=operation, address=url,
+        code="NOREPLICAS")
 
 
 def check_key(key: object) -> str:

@@ -141,6 +141,32 @@ def note_address(exc: BaseException, conn: Any) -> None:
         exc.keyqueue_address = address_of(conn)  # type: ignore[attr-defined]
 
 
+def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
+    # One command (and ``then`` right behind it, in the same send) and their replies; NOSCRIPT answered by ``load``
+    # and the command once more. With ``then`` the result is [reply, then's reply]. Every reply sent for is read,
+    # also when the command's is an error, so that the connection stays in step.
+    def read() -> Any:
+        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+
+    conn.send_packed_command((packed,) if then is None else (packed, then))
+    try:
+        reply = read()
+    except rx.ResponseError as exc:
+        if then is not None:
+            read()
+        if load is None or not isinstance(exc, rx.NoScriptError):
+            raise
+        conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+        read()
+        try:
+            reply = read()
+        except rx.ResponseError:
+            if then is not None:
+                read()
+            raise
+    return reply if then is None else [reply, read()]
+
+
 class SyncWire:
     """The connections one threaded handle talks to Redis on (see the module). Thread-safe."""
 
@@ -204,11 +230,12 @@ class SyncWire:
 
     # -- calls ------------------------------------------------------------------------------------------------
 
-    def call(self, packed: bytes, load: bytes | None = None) -> Any:
+    def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
         ``execute_command``): at most the socket timeout per attempt. ``load``: a packed ``SCRIPT LOAD`` sent on
         the same connection when the server does not know the script (``NOSCRIPT``: first use, a restart, a
-        failover), then the command once more. Raises redis-py's exceptions (with the server's address noted)."""
+        failover), then the command once more. ``then``: a second packed command sent right behind it (a ``WAIT``),
+        the result then ``[reply, then's reply]``. Raises redis-py's exceptions (with the server's address noted)."""
         held = self._take()
         if held is None:
             held = self._new()
@@ -220,15 +247,7 @@ class SyncWire:
             def attempt() -> Any:
                 if getattr(conn, "_sock", None) is None:
                     conn.connect()  # the connection class's own connect (Sentinel: asks for the master first)
-                conn.send_packed_command((packed,))
-                try:
-                    return conn.read_response()
-                except rx.NoScriptError:
-                    if load is None:
-                        raise
-                conn.send_packed_command((load, packed))
-                conn.read_response()
-                return conn.read_response()
+                return _exchange(conn, packed, load, then, None)
 
             return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
         except rx.RedisError as exc:
@@ -238,12 +257,12 @@ class SyncWire:
             self._give(held)
 
     def command_within(self, budget: float | None, packed: bytes, *, deadline: float | None = None,
-                       load: bytes | None = None) -> Any:
+                       load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command once (no retry) and return its reply, read at most ``budget`` seconds (``None``:
         the socket timeout). ``deadline`` (``time.monotonic()``): taking a connection from the pool and opening it
-        is bounded by it too (else by the connect and socket timeouts). ``load`` as in :meth:`call`. A reply that
-        does not come in time raises redis-py's ``TimeoutError`` and the connection is dropped (redis-py
-        disconnects on any read error)."""
+        is bounded by it too (else by the connect and socket timeouts). ``load`` and ``then`` as in :meth:`call`.
+        A reply that does not come in time raises redis-py's ``TimeoutError`` and the connection is dropped
+        (redis-py disconnects on any read error)."""
         held = self._take()
         if held is None or held.stale():  # stale: not connected, or closed by the server
             if held is not None:
@@ -251,15 +270,7 @@ class SyncWire:
             held = self._open_by(held, deadline)
         conn = held.conn
         try:
-            conn.send_packed_command((packed,))
-            try:
-                return conn.read_response() if budget is None else conn.read_response(timeout=budget)
-            except rx.NoScriptError:
-                if load is None:
-                    raise
-            conn.send_packed_command((load, packed))
-            conn.read_response() if budget is None else conn.read_response(timeout=budget)
-            return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+            return _exchange(conn, packed, load, then, budget)
         except rx.RedisError as exc:
             note_address(exc, conn)
             raise
@@ -358,10 +369,10 @@ class AsyncWire:
             with contextlib.suppress(Exception):
                 await self._pool.release(conn)
 
-    async def call(self, packed: bytes, load: bytes | None = None) -> Any:
+    async def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
-        ``execute_command``); ``load`` as in :meth:`SyncWire.call`. Cancelled, redis-py drops the connection (no
-        late reply is read by a later call)."""
+        ``execute_command``); ``load`` and ``then`` as in :meth:`SyncWire.call`. Cancelled, redis-py drops the
+        connection (no late reply is read by a later call)."""
         conn = await self._take()
         try:
             if await self._stale(conn):
@@ -370,15 +381,23 @@ class AsyncWire:
             async def attempt() -> Any:
                 if not conn.is_connected:
                     await conn.connect()  # the connection class's own connect (Sentinel: asks for the master)
-                await conn.send_packed_command((packed,))
+                await conn.send_packed_command((packed,) if then is None else (packed, then))
                 try:
-                    return await conn.read_response()
-                except rx.NoScriptError:
-                    if load is None:
+                    reply = await conn.read_response()
+                except rx.ResponseError as exc:
+                    if then is not None:
+                        await conn.read_response()
+                    if load is None or not isinstance(exc, rx.NoScriptError):
                         raise
-                await conn.send_packed_command((load, packed))
-                await conn.read_response()
-                return await conn.read_response()
+                    await conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+                    await conn.read_response()
+                    try:
+                        reply = await conn.read_response()
+                    except rx.ResponseError:
+                        if then is not None:
+                            await conn.read_response()
+                        raise
+                return reply if then is None else [reply, await conn.read_response()]
 
             return await conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
         except rx.RedisError as exc:

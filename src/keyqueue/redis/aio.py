@@ -29,12 +29,14 @@ from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
     GET_MARGIN,
     UNCHECKED,
+    WAITED,
     _text,
     log,
     read_budget,
     script_source,
     translate,
     translated,
+    unconfirmed,
 )
 from keyqueue.redis._wire import AsyncWire
 from keyqueue.redis.errors import RedisQueueError
@@ -109,9 +111,11 @@ class Queue(_HandleBase):
                     return await self._client.evalsha(sha, *self._keyargs, *args)
             if packed is None:
                 packed = self._packer.evalsha(self._sha[op], args)
-            return await self._wire.call(packed, self._loads[op])
+            then = self._wait if op in WAITED else None
+            reply = await self._wire.call(packed, self._loads[op], then)
         except RedisError as exc:
             raise translate(self._where(exc), shown, exc) from exc
+        return reply if then is None else self._confirmed(shown, reply)
 
     async def _within(self, budget: float | None, op: str, call: Awaitable[Any]) -> Any:
         # ``call`` (a coroutine of this handle talking to Redis), cancelled after ``budget`` seconds (None: no bound
@@ -132,22 +136,29 @@ class Queue(_HandleBase):
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
         if not self._state.layout_ok:
             self._state.on_layout(await self._script(op, "layout", []))
-        sha, keyargs = self._sha[op], self._keyargs
         try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for args in arg_lists:
-                    pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            replies = await self._pipelined(op, arg_lists)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 await self._client.script_load(script_source(op))
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for i in again:
-                        pipe.execute_command("EVALSHA", sha, *keyargs, *arg_lists[i])
-                    for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
-                        replies[i] = r
+                for i, r in zip(again, await self._pipelined(op, [arg_lists[i] for i in again]), strict=True):
+                    replies[i] = r
         except RedisError as exc:
             raise translate(self._where(exc), op, exc) from exc
+        return replies
+
+    async def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        async with self._client.pipeline(transaction=False) as pipe:
+            for args in arg_lists:
+                pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
+            if wanted is not None:
+                pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        if wanted is not None:
+            acks = replies.pop()
+            if isinstance(acks, Exception) or int(acks) < wanted[0]:
+                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
         return replies
 
     @property

@@ -35,8 +35,10 @@ from keyqueue.redis._protocol import (
     GET_MARGIN,
     OPERATIONS,
     UNCHECKED,
+    WAITED,
     HandleState,
     _text,
+    check_wait_replicas,
     describe_client,
     is_cluster_client,
     limiter_tree,
@@ -48,6 +50,7 @@ from keyqueue.redis._protocol import (
     socket_timeout_of,
     translate,
     translated,
+    unconfirmed,
 )
 from keyqueue.redis._wire import Packer, SyncWire
 from keyqueue.redis.errors import LeaseLost, RedisQueueError
@@ -115,7 +118,9 @@ class _HandleBase:
         metrics_provider: Any = None,
         stats: bool = False,
         clock: Clock | None = None,
+        wait_replicas: tuple[int, float] | None = None,
     ) -> None:
+        wanted = check_wait_replicas(wait_replicas)
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
         if client is None:
@@ -144,6 +149,12 @@ class _HandleBase:
             kwargs = pool.connection_kwargs
         self._packer = Packer(state.keys, encoding=kwargs.get("encoding", "utf-8"),
                               errors=kwargs.get("encoding_errors", "strict"))
+        if wanted is not None and self._cluster:
+            raise ValueError("wait_replicas is not available with a cluster client (WAIT must reach the queue's node)")
+        self.wait_replicas = wanted
+        # WAIT sent behind every state-changing script (WAITED), in the same round trip.
+        self._wait = None if wanted is None else self._packer.command("WAIT", wanted[0],
+                                                                      max(1, round(wanted[1] * 1000)))
         # SCRIPT LOAD of each operation, packed, sent on the connection that answered NOSCRIPT (see _wire).
         self._loads = {op: self._packer.command("SCRIPT", "LOAD", script_source(op)) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
@@ -171,6 +182,14 @@ class _HandleBase:
         """The keys this handle holds right now."""
         with self._state.lock:
             return list(self._state.held)
+
+    def _confirmed(self, shown: str, replies: list[Any]) -> Any:
+        # A script's reply and its WAIT's: the reply, if enough replicas confirmed it.
+        reply, acks = replies
+        assert self.wait_replicas is not None
+        if int(acks) < self.wait_replicas[0]:
+            raise unconfirmed(self._where(), shown, int(acks), self.wait_replicas)
+        return reply
 
     def _where(self, exc: BaseException | None = None) -> str:
         # The server a failed call talked to, for its error: the connection's address, else the client's.
@@ -204,11 +223,12 @@ class RateLimitedHandle(_HandleBase):
         metrics_provider: Any = None,
         stats: bool = False,
         clock: Clock | None = None,
+        wait_replicas: tuple[int, float] | None = None,
     ) -> None:
         self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
         self._tree = limiter_tree(self.rate_limiter)
         super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
-                         clock=clock)
+                         clock=clock, wait_replicas=wait_replicas)
 
 
 class Queue(_HandleBase):
@@ -291,9 +311,11 @@ class Queue(_HandleBase):
         try:
             if self._cluster:
                 return self._cluster_script(op, args)
-            return self._wire.call(self._packer.evalsha(self._sha[op], args), self._loads[op])
+            then = self._wait if op in WAITED else None
+            reply = self._wire.call(self._packer.evalsha(self._sha[op], args), self._loads[op], then)
         except RedisError as exc:
             raise translate(self._where(exc), shown, exc) from exc
+        return reply if then is None else self._confirmed(shown, reply)
 
     def _cluster_script(self, op: str, args: list[str]) -> Any:
         # The cluster client routes by the queue's keys (one slot) and follows MOVED/ASK itself.
@@ -319,33 +341,42 @@ class Queue(_HandleBase):
         if packed is None:
             packed = self._packer.evalsha(self._sha[op], args)
         budget = read_budget(hard, self._socket_timeout)
+        then = self._wait if op in WAITED else None
         try:
-            return self._wire.command_within(budget, packed, deadline=hard, load=self._loads[op])
+            reply = self._wire.command_within(budget, packed, deadline=hard, load=self._loads[op], then=then)
         except RedisError as exc:
             raise translate(self._where(exc), shown, exc, within=budget) from exc
+        return reply if then is None else self._confirmed(shown, reply)
 
     def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
         # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
-        # sent once more after loading it.
+        # sent once more after loading it. With wait_replicas each round trip ends with WAIT.
         if not self._state.layout_ok:
             self._state.on_layout(self._script(op, "layout", []))
-        sha, keyargs = self._sha[op], self._keyargs
         try:
-            pipe = self._client.pipeline(transaction=False)
-            for args in arg_lists:
-                pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
+            replies = self._pipelined(op, arg_lists)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 self._client.script_load(script_source(op))
-                pipe = self._client.pipeline(transaction=False)
-                for i in again:
-                    pipe.execute_command("EVALSHA", sha, *keyargs, *arg_lists[i])
-                for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                for i, r in zip(again, self._pipelined(op, [arg_lists[i] for i in again]), strict=True):
                     replies[i] = r
         except RedisError as exc:
             raise translate(self._where(exc), op, exc) from exc
+        return replies
+
+    def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        pipe = self._client.pipeline(transaction=False)
+        for args in arg_lists:
+            pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
+        if wanted is not None:
+            pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        if wanted is not None:
+            acks = replies.pop()
+            if isinstance(acks, Exception) or int(acks) < wanted[0]:
+                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
         return replies
 
     @property

@@ -23,7 +23,7 @@
 --   notify     list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
 --   fail       hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
---   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
+--   seq        string  the last fencing token: every lease gets a larger one, at least the queue time in µs (get)
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered (done() queued a
 --                      re-added key again), marks and unmarked (keys that became "!"; "!" keys whose lease ran out):
 --                      the "!" keys number marks - redelivered - unmarked, so the dirty keys are that plus the fifo
