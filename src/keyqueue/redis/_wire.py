@@ -144,7 +144,19 @@ def note_address(exc: BaseException, conn: Any) -> None:
 def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
     # One command (and ``then`` right behind it, in the same send) and their replies; NOSCRIPT answered by ``load``
     # and the command once more. With ``then`` the result is [reply, then's reply]. Every reply sent for is read,
-    # also when the command's is an error, so that the connection stays in step.
+    # also when the command's is an error, so that the connection stays in step; any other failure (a timeout, a
+    # reset) disconnects it, whatever the connection class does on its own (Sentinel's keeps the connection on a
+    # read timeout, which would leave the late reply for the next command).
+    try:
+        return _exchange_once(conn, packed, load, then, budget)
+    except rx.ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+
+
+def _exchange_once(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
     def read() -> Any:
         return conn.read_response() if budget is None else conn.read_response(timeout=budget)
 
@@ -379,6 +391,16 @@ class AsyncWire:
                 await conn.disconnect()  # closed by the server, or bytes left behind: the send reconnects
 
             async def attempt() -> Any:
+                try:
+                    return await exchange()
+                except rx.ResponseError:
+                    raise
+                except BaseException:  # a timeout, a reset, a cancellation: never leave a reply unread (as sync)
+                    with contextlib.suppress(Exception):
+                        await conn.disconnect()
+                    raise
+
+            async def exchange() -> Any:
                 if not conn.is_connected:
                     await conn.connect()  # the connection class's own connect (Sentinel: asks for the master)
                 await conn.send_packed_command((packed,) if then is None else (packed, then))
