@@ -9,15 +9,18 @@ counters, a release event: ~7 µs), the retry closure, argument encoding by the 
 
 * **Packing**: each operation's ``EVALSHA <sha> <n> <the queue's keys>`` head is packed once per argument count
   (:class:`Packer`); only the arguments are encoded per call (with the client's encoding).
-* **One checkout**: a handle keeps the connections it opened (:class:`SyncWire`), built with its client's
-  connection settings (``connection_pool.connection_class`` and ``connection_kwargs``: address, credentials,
-  timeouts, retry policy, protocol, encoding), on a stack under a lock; a call pops one, uses it, pushes it back.
-  A connection taken from the stack is checked with one ``poll(0)``: readable means the server closed it (a restart)
-  or left bytes behind, and it is reconnected first, as redis-py's pool does at checkout.
+* **One checkout**: a handle takes connections from its client's own pool (``pool.get_connection()``: the
+  connection class and settings the user chose, Sentinel's master lookup included) and keeps them (:class:`SyncWire`)
+  on a stack under a lock until it closes, when it gives them back (``pool.release``); a call pops one, uses it,
+  pushes it back. A connection taken from the stack is checked with one ``poll(0)``: readable means the server
+  closed it (a restart) or left bytes behind, and it is reconnected first, through the connection class's own
+  ``connect`` (a Sentinel-managed connection asks the Sentinels for the master there).
 * **Same behaviour**: a call runs inside the connection's own retry policy (``conn.retry``, what
   ``execute_command`` uses: a client built from a URL by keyqueue has none); redis-py disconnects a connection on
   any send or read error, so no late reply is read by a later command; error replies raise redis-py's exceptions
-  (``NoScriptError`` included, which the shells answer by loading the script and sending the call once more).
+  (``NoScriptError`` included, answered here by a ``SCRIPT LOAD`` on the same connection and the call sent once
+  more, so the script is loaded on the server that lacks it). Any failure other than an error reply disconnects
+  the connection, so no late reply is left for the next command.
 * **Deadlines**: :meth:`SyncWire.command_within` sends one command with its reply awaited at most a given number of
   seconds, never resent; if it has to open a connection first, the connect runs on a helper thread and the caller
   waits only for what is left of the deadline (a connect that finishes later leaves its connection on the stack).

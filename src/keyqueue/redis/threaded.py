@@ -1,10 +1,11 @@
 """The threading shell of the Redis-backed queues: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`.
 
-Each handle talks to Redis on connections of its own, opened with its ``redis.Redis`` client's settings (address,
-credentials, timeouts, retry policy) and kept until :meth:`Queue.close`: as many as it had calls at the same time
-(each blocked ``get`` holds one); they are not drawn from the client's pool, so its ``max_connections`` does not
-count them. The hot calls go through redis-py's connection and reply parser directly
-(:mod:`keyqueue.redis._wire`); ``add_many``, wake-ups and script loading go through the client itself. Every operation
+Each handle talks to Redis on connections taken from its ``redis.Redis`` client's own pool (so the client's address
+or Sentinel master lookup, credentials, TLS, timeouts and retry policy apply, and ``max_connections`` counts them)
+and kept until :meth:`Queue.close`, which gives them back: as many as it had calls at the same time (each blocked
+``get`` holds one). The hot calls go through redis-py's connection and reply parser directly
+(:mod:`keyqueue.redis._wire`); ``add_many`` and wake-ups go through the client itself. A
+``redis.cluster.RedisCluster`` client is driven through its own ``evalsha``/``blpop``/pipeline instead. Every operation
 is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
 One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
 this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` until
@@ -234,10 +235,14 @@ class RateLimitedHandle(_HandleBase):
 class Queue(_HandleBase):
     """A work queue shared through Redis by every handle with the same ``name``, in any process on any host.
 
-    ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None)``.
-    ``client`` is a ``redis.Redis`` (used as given, with its socket timeout and its retry policy), else ``url``
-    (default ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts unless the URL says
-    otherwise, and no retries).
+    ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None,
+    wait_replicas=None)``. ``client`` is a ``redis.Redis`` (a Sentinel's ``master_for(...)`` too) or a
+    ``redis.cluster.RedisCluster``, used as given (its pool, socket timeout and retry policy; ``TypeError`` for
+    anything else), else ``url`` (default ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts
+    unless the URL says otherwise, and no retries). ``wait_replicas=(n, timeout)``: every call that changes the
+    queue also waits (``WAIT``, same round trip) until ``n`` replicas have it, at most ``timeout`` seconds, and
+    raises :class:`~keyqueue.redis.RedisUnavailable` (code ``NOREPLICAS``) instead of acknowledging when fewer
+    confirm; ``ValueError``/``TypeError`` for a malformed value, ``ValueError`` with a cluster client.
 
     Guarantees (client-go's, now across processes): a waiting key is not added twice; a key being processed
     anywhere is marked and handed out once more after its ``done``; keys are handed out in FIFO order, each to one
@@ -247,9 +252,11 @@ class Queue(_HandleBase):
     :class:`~keyqueue.redis.LeaseLost`. A stalled holder can therefore overlap with the next one: fence side effects
     (for Kubernetes writes, the resourceVersion precondition; or :meth:`fencing_token`, which only grows).
 
-    Every call is one atomic script in one round trip. Redis unreachable, or not answering in time:
-    :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
-    :class:`~keyqueue.redis.RedisQueueError`. Keys are ``str`` (``TypeError`` otherwise).
+    Every call is one atomic script in one round trip. Redis unreachable, not answering in time, or answering that
+    it cannot serve the call now (a failover, a restart, a slot migration: ``READONLY``, ``TRYAGAIN`` ...):
+    :class:`~keyqueue.redis.RedisUnavailable`; Redis answering with another error:
+    :class:`~keyqueue.redis.RedisQueueError`. Both name the operation, the server and the server's error code
+    (attributes ``operation``, ``address``, ``code``). Keys are ``str`` (``TypeError`` otherwise).
 
     How long a call can take when the connection goes dead (the peer stops answering, nothing resets it):
 
