@@ -24,5 +24,6 @@ echo "== pytest"
 # cache folder; nothing is installed). Only for a full run (no pytest arguments); KEYQUEUE_REDIS7=0 skips it.
 if [ $# -eq 0 ] && [ "${KEYQUEUE_REDIS7:-1}" != 0 ]; then
   echo "== pytest tests/redis on Redis 7"
-  KEYQUEUE_REDIS_SERVER="$(scripts/redis7.sh)" .venv/bin/python -m pytest tests/redis
+  redis7=$(scripts/redis7.sh)  # fails the run if Redis 7 cannot be had (never a silent fallback to 6.2)
+  KEYQUEUE_REDIS_SERVER="$redis7" .venv/bin/python -m pytest tests/redis
 fi
