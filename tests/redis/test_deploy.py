@@ -100,6 +100,8 @@ def test_sentinel_master_for_asyncio(sentinels: Any) -> None:
             assert await q.done("a") is False
             with contextlib.closing(redis.Redis(host=host, port=port)) as direct:
                 assert direct.exists(f"kq:{{{q.name}}}:seq") == 1  # the queue lives on the Sentinels' master
+            await q.add("b")
+            assert q._depth() == 1  # a metrics scrape's read, from a synchronous client to the same master
         finally:
             await q.aclose()
             await client.aclose()
@@ -176,6 +178,8 @@ def test_cluster_client_asyncio(cluster: ClusterSetup) -> None:
             await q.done("b")
             await q.done("c")
             assert (await q.inspect())["dirty"] == 0
+            await q.add("d")
+            assert q._depth() == 1  # a metrics scrape's read, from a synchronous cluster client
             await q.delete()
         finally:
             await q.aclose()

@@ -459,14 +459,34 @@ _SCRAPE_KWARGS = ("host", "port", "db", "username", "password", "socket_timeout"
 
 
 def scrape_client(client: Any) -> Any:
-    """A synchronous ``redis.Redis`` to the server of an asyncio ``client`` (same address, db, credentials and
-    timeouts), for metrics scrapes. It does not retry: the next scrape is the retry."""
+    """A synchronous client to the server of an asyncio ``client`` (same address, db, credentials and timeouts; for
+    a Sentinel-managed client the same Sentinels and service, for a cluster client a cluster client from one of its
+    nodes), for metrics scrapes. It does not retry: the next scrape is the retry."""
     import redis
+    import redis.cluster
+    import redis.sentinel
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    kwargs = dict(getattr(client.connection_pool, "connection_kwargs", {}) or {})
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # redis.asyncio.cluster.RedisCluster
+        node = client.get_default_node()
+        kwargs = dict(getattr(client, "connection_kwargs", {}) or {})
+        picked = {k: kwargs[k] for k in ("username", "password", "socket_timeout", "socket_connect_timeout")
+                  if k in kwargs}
+        return redis.cluster.RedisCluster(host=node.host, port=node.port, decode_responses=True, **picked)
+    kwargs = dict(getattr(pool, "connection_kwargs", {}) or {})
     picked = {k: kwargs[k] for k in _SCRAPE_KWARGS if k in kwargs}
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is not None:
+        sentinels = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
+                      s.connection_pool.connection_kwargs.get("port", 26379)) for s in manager.sentinels]
+        for k in ("host", "port", "path"):
+            picked.pop(k, None)
+        timeout = picked.get("socket_timeout")
+        sentinel: Any = redis.sentinel.Sentinel  # (redis-py leaves it untyped)
+        return sentinel(sentinels, socket_timeout=timeout).master_for(
+            pool.service_name, decode_responses=True, retry=Retry(NoBackoff(), 0), **picked)
     path = picked.pop("path", None)
     if path is not None:
         picked["unix_socket_path"] = path
