@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -128,14 +129,30 @@ class ClusterSetup:
         raise LookupError(slot)
 
 
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is a valid port and free too: a cluster node binds both."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 @contextlib.contextmanager
 def cluster_setup(size: int = 3) -> Iterator[ClusterSetup]:
     """``size`` cluster-enabled primaries with the 16384 slots split evenly, met and agreeing (cluster_state ok)."""
     nodes: list[RedisServer] = []
     try:
         for _ in range(size):
-            nodes.append(RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                                 "--cluster-node-timeout", "5000")).start())
+            nodes.append(RedisServer(port=_cluster_port(), extra_args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000")).start())
         per = 16384 // size
         for i, node in enumerate(nodes):
             with contextlib.closing(redis.Redis(port=node.port)) as c:
