@@ -200,6 +200,7 @@ def test_cluster_slot_migration_under_load(cluster: ClusterSetup) -> None:
     holding: set[str] = set()
     overlaps: list[str] = []
     codes: list[str | None] = []
+    errors: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -213,6 +214,7 @@ def test_cluster_slot_migration_under_load(cluster: ClusterSetup) -> None:
             except RedisUnavailable as exc:
                 with lock:
                     codes.append(exc.code)
+                    errors.append(str(exc))
                 continue  # the same key again: an add is safe to repeat
             with lock:
                 acked.add(key)
@@ -229,6 +231,7 @@ def test_cluster_slot_migration_under_load(cluster: ClusterSetup) -> None:
             except RedisUnavailable as exc:
                 with lock:
                     codes.append(exc.code)
+                    errors.append(str(exc))
                 continue
             with lock:
                 if key in holding:
@@ -257,7 +260,12 @@ def test_cluster_slot_migration_under_load(cluster: ClusterSetup) -> None:
         migrate_slot(cluster, slot, target, pause=0.05)
         assert cluster.owner(slot) is target
         seen = len(handed)
-        eventually(lambda: len(handed) >= seen + 20, timeout=20)  # the queue works on its new node
+
+        def progressed() -> None:  # the queue works on its new node; if not, say what the workers saw
+            with lock:
+                assert len(handed) >= seen + 20, (len(handed) - seen, failures, codes[-5:], errors[-3:])
+            return True
+        eventually(progressed, timeout=20)
     finally:
         stop.set()
         for t in threads:
