@@ -108,6 +108,36 @@ def test_sentinel_master_for_asyncio(sentinels: Any) -> None:
     asyncio.run(main())
 
 
+def test_sentinel_master_for_asyncio_follows_a_failover() -> None:
+    with sentinel_setup() as setup:
+        async def main() -> None:
+            client = redis.asyncio.sentinel.Sentinel(setup.sentinels, socket_timeout=1).master_for(
+                SERVICE, socket_timeout=1)
+            q = keyqueue.redis.aio.Queue(_name(), client=client, lease=10)
+            try:
+                assert await q.add("a") is AddResult.QUEUED
+                with contextlib.closing(redis.Redis(port=setup.primary.port)) as direct:
+                    assert direct.wait(1, 5000) == 1
+                with contextlib.closing(redis.Redis(port=setup.replica.port)) as replica:
+                    replica.script_flush()
+                setup.primary.kill()
+                setup.wait_for_failover(setup.primary, setup.replica)
+                added = None
+                for _ in range(100):  # bounded: the first calls may still find the dead master's connection
+                    try:
+                        added = await q.add("b")
+                        break
+                    except RedisUnavailable:
+                        await asyncio.sleep(0.1)
+                assert added is AddResult.QUEUED
+                assert await q.get(timeout=2) == "a"
+                assert await q.get(timeout=2) == "b"
+            finally:
+                await q.aclose()
+                await client.aclose()
+        asyncio.run(main())
+
+
 # -- Cluster -----------------------------------------------------------------------------------------------------
 
 
