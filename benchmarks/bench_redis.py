@@ -228,22 +228,27 @@ def _get_done(n: int) -> Any:
 # out with nothing due; a clean key finished) on the queue's real keys, with none of their decisions, called on the
 # same client path with the least client work a call needs (pack the arguments, split the reply). keyqueue's calls
 # against these rows is what its own logic costs, client and server; these rows against PING is what the calls a
-# lease needs cost (TIME, GET, LPOP, INCR, HSET, ZADD; HGET, HDEL, ZREM).
+# lease needs cost (TIME, GET, LPOP, INCR and the token's SET, HSET, ZADD; HGET, HDEL, ZREM), with the queue's keys
+# declared in KEYS as keyqueue's calls declare them.
 _FLOOR_GET = """
-local P = KEYS[1]
 local t = redis.call('TIME')
-redis.call('GET', P .. 'due')
-local key = redis.call('LPOP', P .. 'fifo')
-local lease = redis.call('INCR', P .. 'seq') .. '|' .. ARGV[3]
-redis.call('HSET', P .. 'state', key, '@' .. lease)
-redis.call('ZADD', P .. 'proc', t[1] * 1000000 + t[2] + ARGV[2], key)
+local now = t[1] * 1000000 + t[2]
+redis.call('GET', KEYS[10])
+local key = redis.call('LPOP', KEYS[1])
+local seq = redis.call('INCR', KEYS[8])
+if seq <= now then
+  seq = now + 1
+  redis.call('SET', KEYS[8], string.format('%.0f', seq))
+end
+local lease = string.format('%.0f', seq) .. '|' .. ARGV[3]
+redis.call('HSET', KEYS[2], key, '@' .. lease)
+redis.call('ZADD', KEYS[3], now + ARGV[2], key)
 return '1 0 0 - ' .. lease .. ' ' .. key
 """
 _FLOOR_DONE = """
-local P = KEYS[1]
-redis.call('HGET', P .. 'state', ARGV[1])
-redis.call('HDEL', P .. 'state', ARGV[1])
-redis.call('ZREM', P .. 'proc', ARGV[1])
+redis.call('HGET', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 return 0
 """
 
@@ -252,15 +257,13 @@ return 0
 # holder; forget it) without the lease's clock, its expiry order, the fencing counter, the due check or done's
 # re-add check; and scripts that make no redis.call at all but take the same arguments and give the same reply.
 _MIN_GET = """
-local P = KEYS[1]
-local key = redis.call('LPOP', P .. 'fifo')
+local key = redis.call('LPOP', KEYS[1])
 local lease = '1|' .. ARGV[3]
-redis.call('HSET', P .. 'state', key, '@' .. lease)
+redis.call('HSET', KEYS[2], key, '@' .. lease)
 return '1 0 0 - ' .. lease .. ' ' .. key
 """
 _MIN_DONE = """
-local P = KEYS[1]
-redis.call('HDEL', P .. 'state', ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
 return 0
 """
 _NOP_GET = """
@@ -278,7 +281,7 @@ class _FloorHandle:
 
         state = q._state
         self.wire = SyncWire(q._client)
-        packer = Packer(state.prefix)
+        packer = Packer(state.keys)  # every key of the queue in KEYS, as keyqueue's own calls
         self.get_packed = packer.evalsha(q._client.script_load(get_script), state.get_args())
         self.done_sha = q._client.script_load(done_script)
         self.evalsha = packer.evalsha

@@ -280,14 +280,15 @@ def test_each_script_carries_exactly_the_library_functions_it_calls(rclient: red
         called = {n for n in names if re.search(rf"\b{n}\(", code.replace(f"local function {n}(", ""))}
         assert set(defined) - {"num", "when"} == called, op  # num/when: add_rate_limited's own functions
         # ... and exactly the key names it uses (each is one concatenation per call)
-        declared = set(re.findall(r"^local ([A-Z]+) = P \.\. '", src, re.MULTILINE))
-        roles = ("FIFO", "STATE", "PROC", "DELAY", "NOTIFY", "FAIL", "BUCKET", "SEQ", "COUNTERS", "DUE")
+        declared = set(re.findall(r"^local ([A-Z_]+) = KEYS\[\d+\]", src, re.MULTILINE))
+        roles = ("FIFO", "STATE", "PROC", "DELAY", "NOTIFY", "FAIL", "BUCKET", "SEQ", "COUNTERS", "DUE", "OLD_DIRTY",
+                 "OLD_LEASE")
         used = {n for n in roles
                 if re.search(rf"\b{n}\b", re.sub(rf"^local {n} = [^\n]*", "", code, flags=re.MULTILINE))}
         assert declared == used, op
         rclient.script_load(src)  # Redis compiles it
     assert "catch_up" not in re.findall(r"^local function (\w+)\(", script_source("add"), re.MULTILINE)
-    assert re.findall(r"^local ([A-Z]+) = P", script_source("done"), re.MULTILINE) == [
+    assert re.findall(r"^local ([A-Z]+) = KEYS", script_source("done"), re.MULTILINE) == [
         "STATE", "PROC", "FIFO", "NOTIFY", "COUNTERS"]  # the last three only in its cold part (a redelivery)
 
 
@@ -432,7 +433,8 @@ def test_a_renewal_that_moves_a_deadline_earlier_lowers_the_due_hint(new_queue: 
     assert q.get(timeout=1) == "k"
     assert float(rclient.get("kq:{due-renew}:due") or 0) == 1030e6
     lease = q._state.held["k"]
-    lost = rclient.eval(script_source("renew"), 1, "kq:{due-renew}:", str(500 * 10**6), str(30 * 10**6), "k", lease)
+    keys = q._state.keys
+    lost = rclient.eval(script_source("renew"), len(keys), *keys, str(500 * 10**6), str(30 * 10**6), "k", lease)
     assert lost == []
     due, scores = _due_and_scores(rclient, "due-renew")
     assert scores == [530e6] and due is not None and float(due) <= 530e6

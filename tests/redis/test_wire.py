@@ -88,8 +88,9 @@ def test_packer_matches_redis_py_packing() -> None:
     import redis.connection
 
     ref = redis.connection.PythonRespSerializer(1 << 20, redis.connection.Encoder("utf-8", "strict", False).encode)
-    p = Packer("kq:{näme}:")
+    keys = [f"kq:{{näme}}:{role}" for role in ("fifo", "state", "seq")]
+    p = Packer(keys)
     sha = "a" * 40
     for args in ([], [""], ["", "k"], ["123", "x y", "ünï"]):
-        assert p.evalsha(sha, args) == b"".join(ref.pack("EVALSHA", sha, 1, "kq:{näme}:", *args))
+        assert p.evalsha(sha, args) == b"".join(ref.pack("EVALSHA", sha, 3, *keys, *args))
     assert p.command("BLPOP", "a", "b", 0.25) == b"".join(ref.pack("BLPOP", "a", "b", 0.25))

@@ -35,12 +35,15 @@ from keyqueue.ratelimit import (
 )
 from keyqueue.redis.errors import LeaseLost, RedisQueueError, RedisUnavailable
 
-__all__ = ["OPERATIONS", "UNCHECKED", "HandleState", "LimiterTree", "check_key", "limiter_tree", "script_source"]
+__all__ = ["OPERATIONS", "UNCHECKED", "WAITED", "HandleState", "LimiterTree", "check_key", "limiter_tree",
+           "script_source"]
 
 log = logging.getLogger("keyqueue.redis")
 
 # The queue's Redis keys (prefix + role), as lib.lua names them.
-_KEY_ROLES: Final = ("fifo", "state", "proc", "delay", "notify", "fail", "bucket", "seq", "counters", "due")
+# Every script's KEYS, in lib.lua's order: this layout's keys, then the older layout's two (layout and delete).
+_KEY_ROLES: Final = ("fifo", "state", "proc", "delay", "notify", "fail", "bucket", "seq", "counters", "due", "dirty",
+                     "lease")
 # The roles of the layout before the per-key state hash (dirty and lease hashes instead of state), for the error
 # that refuses a queue an older keyqueue left in Redis.
 _OLD_KEY_ROLES: Final = ("fifo", "dirty", "proc", "lease", "delay", "notify", "fail", "bucket", "seq", "counters",
@@ -49,6 +52,8 @@ OPERATIONS: Final = (
     "add", "add_after", "add_rate_limited", "get", "done", "renew", "len", "forget", "num_requeues", "inspect",
     "delete", "wake", "layout",
 )
+# Operations that change the queue's state: with wait_replicas each is followed by WAIT in the same round trip.
+WAITED: Final = frozenset(OPERATIONS) - {"inspect", "num_requeues", "layout"}
 # Operations a handle may send before it has checked the queue's layout (see HandleState.on_layout).
 UNCHECKED: Final = frozenset({"delete", "layout"})
 _RESULTS: Final = {1: AddResult.DEDUP, 2: AddResult.MARKED, 3: AddResult.QUEUED, 4: AddResult.DELAYED,
@@ -166,6 +171,30 @@ def check_name(name: object) -> str:
     return name
 
 
+def check_wait_replicas(value: object) -> tuple[int, float] | None:
+    """``wait_replicas``: ``None``, or ``(n, timeout)``: an int ``n >= 1`` and a finite number of seconds ``> 0``."""
+    if value is None:
+        return None
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise TypeError(f"wait_replicas must be None or a tuple (replicas, timeout seconds), got {value!r:.80}")
+    n, timeout = value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"wait_replicas[0] must be an int >= 1 (replicas), got {n!r:.80}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not (math.isfinite(timeout)
+                                                                                   and timeout > 0):
+        raise ValueError(f"wait_replicas[1] must be a finite number of seconds > 0, got {timeout!r:.80}")
+    return n, float(timeout)
+
+
+def unconfirmed(url: str, operation: str, acks: int, wanted: tuple[int, float]) -> RedisUnavailable:
+    """The error of a call that ran on the primary but that fewer than ``wait_replicas`` replicas confirmed."""
+    return RedisUnavailable(
+        f"Redis at {url} ran {operation}, but only {acks} of {wanted[0]} replicas confirmed it within {wanted[1]} s "
+        "(wait_replicas): a failover now may undo it; retry (an add is safe to repeat; a get's lease runs out "
+        "unrenewed; a done raises LeaseLost if it did finish the key)", operation=operation, address=url,
+        code="NOREPLICAS")
+
+
 def check_key(key: object) -> str:
     """Keys cross processes, so they are ``str``; anything else raises ``TypeError`` naming its type."""
     if type(key) is not str and not isinstance(key, str):
@@ -185,17 +214,61 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def describe_url(client: Any) -> str:
-    """``redis://host:port/db`` of a client's pool (without credentials), for error messages."""
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+def is_cluster_client(client: Any, *, asyncio: bool) -> bool:
+    """Whether ``client`` is redis-py's Redis Cluster client (``redis.cluster.RedisCluster``, or
+    ``redis.asyncio.cluster.RedisCluster`` for ``asyncio``)."""
+    if asyncio:
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+
+        return isinstance(client, AsyncCluster)
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def describe_client(client: Any) -> str:
+    """What a client talks to, for messages (never credentials): ``redis://host:port/db``, ``unix://path``,
+    ``redis+sentinel://<service>`` (the master Sentinel names), ``redis+cluster://host:port,...`` (the startup
+    nodes)."""
+    pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"redis+sentinel://{service}"
+    if pool is None and hasattr(client, "get_node_from_key"):
+        nodes = getattr(client, "startup_nodes", None) or {}
+        names = list(nodes) if isinstance(nodes, dict) else [getattr(n, "name", str(n)) for n in nodes]
+        return "redis+cluster://" + ",".join(str(n) for n in names[:3])
+    kwargs = getattr(pool, "connection_kwargs", {}) or {}
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
 
+
+def server_of(client: Any, key: str, fallback: str) -> str:
+    """The server a call about ``key`` goes to, as well as the client knows it without a round trip: a cluster
+    node's ``host:port``, the master a Sentinel pool last found, else ``fallback``."""
+    try:
+        if hasattr(client, "get_node_from_key") and getattr(client, "connection_pool", None) is None:
+            node = client.get_node_from_key(key)
+            if node is not None:
+                return f"{node.host}:{node.port} (cluster)"
+        pool = getattr(client, "connection_pool", None)
+        service = getattr(pool, "service_name", None)
+        if service is not None:
+            master = getattr(getattr(pool, "proxy", pool), "master_address", None)
+            if master:
+                return f"{master[0]}:{master[1]} (master of {service})"
+    except Exception:  # a description only: a client in a bad state still gets its error raised
+        pass
+    return fallback
+
+
 def socket_timeout_of(client: Any) -> float | None:
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
-    value = kwargs.get("socket_timeout")
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:  # a cluster client: its nodes' setting
+        kwargs = getattr(client, "nodes_manager", None) and getattr(client.nodes_manager, "connection_kwargs", None)
+    value = (kwargs or {}).get("socket_timeout")
     return None if value is None else float(value)
 
 
@@ -220,18 +293,79 @@ def read_budget(hard: float | None, socket_timeout: float | None) -> float | Non
     return left if socket_timeout is None or left < socket_timeout else None
 
 
-def translate(url: str, operation: str, exc: Exception, *, within: float | None = None) -> RedisQueueError:
-    """The keyqueue error for an error of the ``redis`` package (raise it ``from exc``): :class:`RedisUnavailable`
-    for a connection error or timeout, else :class:`RedisQueueError`; both name ``url`` and ``operation``.
-    ``within``: the read deadline (seconds) a timeout ran out of, for the message."""
+# Error codes after which the same call can succeed once the deployment settles (a failover, a restart, a slot
+# migration): the call did not run, and they are raised as RedisUnavailable.
+RETRYABLE_CODES: Final = frozenset({"READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK",
+                                    "NOSCRIPT", "BUSY", "NOREPLICAS"})
+_CODE = re.compile(r"[A-Z][A-Z_]{1,}")
+# A script error as Redis 6 reports it: "ERR Error running script (...): @user_script: 1: -OOM command not allowed
+# ..." (Redis 7 replies "OOM command not allowed ... script: ..." instead): the code of the command that failed.
+_SCRIPT_CODE = re.compile(r"@user_script: ?\d+: -?([A-Z][A-Z_]+) ")
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The server's error code of a redis-py exception (``OOM``, ``MOVED``, ``READONLY``, ``NOSCRIPT``, ``NOPERM``,
+    ``ERR`` ...), or ``None`` for a client-side error (a connection error, a timeout). redis-py strips the code from
+    the message of the errors it maps to a class of its own; it keeps it in ``status_code`` (redis-py >= 6) or is
+    recovered from the class. An error raised inside a script by a command the script called is reported with that
+    command's code."""
     import redis.exceptions as rx
 
+    if not isinstance(exc, rx.ResponseError):
+        return None
+    text = str(exc)
+    inner = _SCRIPT_CODE.search(text)
+    if inner is not None and inner.group(1) != "ERR":
+        return inner.group(1)
+    code = getattr(exc, "status_code", None)
+    if code:
+        return str(code)
+    for cls, name in _class_codes():
+        if isinstance(exc, cls):
+            return name
+    first = text.split(" ", 1)[0]
+    return first if _CODE.fullmatch(first) else "ERR"
+
+
+@functools.cache
+def _class_codes() -> tuple[tuple[type, str], ...]:
+    import redis.exceptions as rx
+
+    pairs = [("NoScriptError", "NOSCRIPT"), ("ReadOnlyError", "READONLY"), ("NoPermissionError", "NOPERM"),
+             ("AskError", "ASK"), ("MovedError", "MOVED"), ("TryAgainError", "TRYAGAIN"),
+             ("ClusterDownError", "CLUSTERDOWN"), ("MasterDownError", "MASTERDOWN"), ("BusyLoadingError", "LOADING"),
+             ("OutOfMemoryError", "OOM"), ("ExecAbortError", "EXECABORT"), ("ClusterCrossSlotError", "CROSSSLOT"),
+             ("AuthenticationError", "NOAUTH")]
+    return tuple((getattr(rx, cls), code) for cls, code in pairs if hasattr(rx, cls))
+
+
+def translate(url: str, operation: str, exc: Exception, *, within: float | None = None) -> RedisQueueError:
+    """The keyqueue error for an error of the ``redis`` package (raise it ``from exc``), naming ``operation``, the
+    server ``url`` (where the call went) and the server's error code: :class:`RedisUnavailable` for a connection
+    error or timeout, or a code the same call can get past once a failover, restart or slot migration is over
+    (:data:`RETRYABLE_CODES`); else :class:`RedisQueueError`. ``within``: the read deadline (seconds) a timeout ran
+    out of, for the message."""
+    import redis.exceptions as rx
+
+    code = error_code(exc)
     if within is not None and isinstance(exc, (rx.TimeoutError, TimeoutError)):
         return RedisUnavailable(f"Redis at {url} did not answer {operation} within {within:.2f} s "
-                                "(the connection is dead or the server stalled)")
-    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
-        return RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}")
-    return RedisQueueError(f"Redis at {url} answered {operation} with an error: {exc}")
+                                "(the connection is dead or the server stalled)",
+                                operation=operation, address=url, code=None)
+    if isinstance(exc, rx.ClusterError) and "TTL exhausted" in str(exc):
+        # redis-py's cluster client followed redirections and retried TRYAGAIN until its attempts ran out: the
+        # queue's slot is moving (or the cluster is reconfiguring).
+        return RedisUnavailable(f"Redis Cluster node {url} cannot serve {operation} right now (error TRYAGAIN: the "
+                                "queue's slot is moving; the client's redirections and retries ran out; retry)",
+                                operation=operation, address=url, code="TRYAGAIN")
+    if code is None and isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.ClusterError, OSError)):
+        return RedisUnavailable(f"Redis at {url} is unreachable ({operation}): {exc}", operation=operation,
+                                address=url, code=None)
+    if code in RETRYABLE_CODES:
+        return RedisUnavailable(f"Redis at {url} cannot serve {operation} right now (error {code}; retry): {exc}",
+                                operation=operation, address=url, code=code)
+    return RedisQueueError(f"Redis at {url} answered {operation} with error {code}: {exc}", operation=operation,
+                           address=url, code=code)
 
 
 # -- rate limiters ----------------------------------------------------------------------------------------------
@@ -310,8 +444,8 @@ class HandleState:
         self.clock = clock
         self.url = url
         self.holder = uuid.uuid4().hex[:16]
-        self.prefix = prefix = f"kq:{{{name}}}:"  # the scripts' one KEYS entry: they name the keys from it
-        self.keys = [prefix + role for role in _KEY_ROLES]
+        self.prefix = prefix = f"kq:{{{name}}}:"  # every key of the queue: one hash tag, one Cluster slot
+        self.keys = [prefix + role for role in _KEY_ROLES]  # every script's KEYS
         self.notify_key = prefix + "notify"
         self.wake_key = f"{prefix}wake:{self.holder}"  # this handle's private wake-up list (shutdown, clock jumps)
         self.lock = threading.Lock()

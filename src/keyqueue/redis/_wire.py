@@ -7,17 +7,20 @@ path's connection pool checkout (a lock, a readiness ``recv`` with two ``settime
 counters, a release event: ~7 µs), the retry closure, argument encoding by the generic packer (~2.5 µs for an
 ``EVALSHA``) and response-callback dispatch. Here:
 
-* **Packing**: each operation's ``EVALSHA <sha> 1 <prefix>`` head is packed once per argument count
+* **Packing**: each operation's ``EVALSHA <sha> <n> <the queue's keys>`` head is packed once per argument count
   (:class:`Packer`); only the arguments are encoded per call (with the client's encoding).
-* **One checkout**: a handle keeps the connections it opened (:class:`SyncWire`), built with its client's
-  connection settings (``connection_pool.connection_class`` and ``connection_kwargs``: address, credentials,
-  timeouts, retry policy, protocol, encoding), on a stack under a lock; a call pops one, uses it, pushes it back.
-  A connection taken from the stack is checked with one ``poll(0)``: readable means the server closed it (a restart)
-  or left bytes behind, and it is reconnected first, as redis-py's pool does at checkout.
+* **One checkout**: a handle takes connections from its client's own pool (``pool.get_connection()``: the
+  connection class and settings the user chose, Sentinel's master lookup included) and keeps them (:class:`SyncWire`)
+  on a stack under a lock until it closes, when it gives them back (``pool.release``); a call pops one, uses it,
+  pushes it back. A connection taken from the stack is checked with one ``poll(0)``: readable means the server
+  closed it (a restart) or left bytes behind, and it is reconnected first, through the connection class's own
+  ``connect`` (a Sentinel-managed connection asks the Sentinels for the master there).
 * **Same behaviour**: a call runs inside the connection's own retry policy (``conn.retry``, what
   ``execute_command`` uses: a client built from a URL by keyqueue has none); redis-py disconnects a connection on
   any send or read error, so no late reply is read by a later command; error replies raise redis-py's exceptions
-  (``NoScriptError`` included, which the shells answer by loading the script and sending the call once more).
+  (``NoScriptError`` included, answered here by a ``SCRIPT LOAD`` on the same connection and the call sent once
+  more, so the script is loaded on the server that lacks it). Any failure other than an error reply disconnects
+  the connection, so no late reply is left for the next command.
 * **Deadlines**: :meth:`SyncWire.command_within` sends one command with its reply awaited at most a given number of
   seconds, never resent; if it has to open a connection first, the connect runs on a helper thread and the caller
   waits only for what is left of the deadline (a connect that finishes later leaves its connection on the stack).
@@ -29,6 +32,7 @@ counters, a release event: ~7 µs), the retry closure, argument encoding by the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -38,33 +42,36 @@ from typing import Any, Final
 
 import redis.exceptions as rx
 
-__all__ = ["AsyncWire", "Packer", "SyncWire"]
+__all__ = ["AsyncWire", "Packer", "SyncWire", "address_of", "note_address"]
 
 _READABLE: Final = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
 class Packer:
-    """RESP for ``EVALSHA <sha> 1 <prefix> args...`` of one queue: heads cached per (script, argument count)."""
+    """RESP for ``EVALSHA <sha> <n> <keys...> args...`` of one queue (its keys are the same for every script):
+    heads cached per (script, argument count)."""
 
-    __slots__ = ("_encoding", "_errors", "_heads", "_prefix")
+    __slots__ = ("_encoding", "_errors", "_heads", "_keys", "_nkeys")
 
-    def __init__(self, prefix: str, *, encoding: str = "utf-8", errors: str = "strict") -> None:
+    def __init__(self, keys: list[str], *, encoding: str = "utf-8", errors: str = "strict") -> None:
         self._encoding = encoding
         self._errors = errors
-        self._prefix = prefix.encode(encoding, errors)
+        packed = [k.encode(encoding, errors) for k in keys]
+        self._keys = b"$%d\r\n%d\r\n" % (len(str(len(packed))), len(packed)) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(k), k) for k in packed)
+        self._nkeys = len(packed)
         self._heads: dict[tuple[str, int], bytes] = {}
 
     def head(self, sha: str, nargs: int) -> bytes:
         head = self._heads.get((sha, nargs))
         if head is None:
-            p = self._prefix
-            head = b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n" % (
-                4 + nargs, len(sha), sha.encode(), len(p), p)
+            head = b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n" % (3 + self._nkeys + nargs, len(sha), sha.encode())
+            head += self._keys
             self._heads[(sha, nargs)] = head
         return head
 
     def evalsha(self, sha: str, args: list[str]) -> bytes:
-        """One ``EVALSHA`` of ``sha`` with the queue's prefix as its one key and ``args`` (``str``) as ``ARGV``."""
+        """One ``EVALSHA`` of ``sha`` with the queue's keys as ``KEYS`` and ``args`` (``str``) as ``ARGV``."""
         out = self.head(sha, len(args))
         enc, err = self._encoding, self._errors
         for a in args:  # two or three short arguments: concatenating beats collecting parts and joining them
@@ -115,149 +122,247 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _checkout(pool: Any) -> Any:
+    """A connection from ``pool`` (connected, and checked by the pool as at any checkout)."""
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py < 5.1 names the command it is for
+        return pool.get_connection("EVALSHA")
+
+
+def address_of(conn: Any) -> str:
+    """``host:port`` (or the socket path) of the server a connection talks to (the one it last connected to)."""
+    path = getattr(conn, "path", None)
+    if path:
+        return f"unix://{path}"
+    return f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
+
+
+def note_address(exc: BaseException, conn: Any) -> None:
+    """Remember on ``exc`` the server the failed call talked to (for :func:`keyqueue.redis._protocol.translate`)."""
+    with contextlib.suppress(Exception):
+        exc.keyqueue_address = address_of(conn)  # type: ignore[attr-defined]
+
+
+def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
+    # One command (and ``then`` right behind it, in the same send) and their replies; NOSCRIPT answered by ``load``
+    # and the command once more. With ``then`` the result is [reply, then's reply]. Every reply sent for is read,
+    # also when the command's is an error, so that the connection stays in step; any other failure (a timeout, a
+    # reset) disconnects it, whatever the connection class does on its own (Sentinel's keeps the connection on a
+    # read timeout, which would leave the late reply for the next command).
+    try:
+        return _exchange_once(conn, packed, load, then, budget)
+    except rx.ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+
+
+def _exchange_once(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
+    def read() -> Any:
+        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+
+    conn.send_packed_command((packed,) if then is None else (packed, then))
+    try:
+        reply = read()
+    except rx.ResponseError as exc:
+        if then is not None:
+            read()
+        if load is None or not isinstance(exc, rx.NoScriptError):
+            raise
+        conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+        read()
+        try:
+            reply = read()
+        except rx.ResponseError:
+            if then is not None:
+                read()
+            raise
+    return reply if then is None else [reply, read()]
+
+
 class SyncWire:
     """The connections one threaded handle talks to Redis on (see the module). Thread-safe."""
 
     def __init__(self, client: Any) -> None:
-        pool = client.connection_pool
-        self._connection_class = pool.connection_class
-        self._kwargs = dict(pool.connection_kwargs)
+        self._pool = client.connection_pool
         self._lock = threading.Lock()
         self._idle: list[_Held] = []
-        self._all: set[_Held] = set()  # every connection this wire opened and has not closed (for close())
+        self._all: set[_Held] = set()  # every connection this wire took from the pool and holds (for close())
         self._closed = False
         _WIRES.add(self)
 
     # -- connections ------------------------------------------------------------------------------------------
 
     def _new(self) -> _Held:
-        held = _Held(self._connection_class(**self._kwargs))
+        held = _Held(_checkout(self._pool))
         with self._lock:
             self._all.add(held)
         return held
 
-    def _take(self) -> _Held:
+    def _take(self) -> _Held | None:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return self._new()
+        return None
 
     def _give(self, held: _Held) -> None:
         with self._lock:
             if not self._closed and held in self._all:
                 self._idle.append(held)
                 return
-        held.conn.disconnect()
+            self._all.discard(held)
+        self._release(held)
 
     def _drop(self, held: _Held) -> None:
         with self._lock:
             self._all.discard(held)
         held.conn.disconnect()
+        self._release(held)
+
+    def _release(self, held: _Held) -> None:
+        with contextlib.suppress(Exception):  # a pool reset (fork, client closed) may no longer know it
+            self._pool.release(held.conn)
 
     def _forget_all(self) -> None:
-        # In a forked child: the sockets belong to the parent; drop them without a word on the wire.
+        # In a forked child: the sockets belong to the parent; drop them without a word on the wire (the pool
+        # resets itself in the child).
         self._lock = threading.Lock()
         self._idle.clear()
         self._all.clear()
 
     def close(self) -> None:
-        """Disconnect every connection; calls still running disconnect theirs when they finish."""
+        """Give every idle connection back to the client's pool; calls still running give theirs back when they
+        finish."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            for held in idle:
+                self._all.discard(held)
         for held in idle:
-            held.conn.disconnect()
+            self._release(held)
 
     # -- calls ------------------------------------------------------------------------------------------------
 
-    def call(self, packed: bytes) -> Any:
+    def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
-        ``execute_command``): at most the socket timeout per attempt. Raises redis-py's exceptions."""
+        ``execute_command``): at most the socket timeout per attempt. ``load``: a packed ``SCRIPT LOAD`` sent on
+        the same connection when the server does not know the script (``NOSCRIPT``: first use, a restart, a
+        failover), then the command once more. ``then``: a second packed command sent right behind it (a ``WAIT``),
+        the result then ``[reply, then's reply]``. Raises redis-py's exceptions (with the server's address noted)."""
         held = self._take()
+        if held is None:
+            held = self._new()
         conn = held.conn
         try:
             if held.stale():
-                conn.disconnect()  # the next send reconnects (within the retry policy)
+                conn.disconnect()  # the next send reconnects (within the retry policy; Sentinel: to the master)
 
             def attempt() -> Any:
-                conn.send_packed_command((packed,))
-                return conn.read_response()
+                if getattr(conn, "_sock", None) is None:
+                    conn.connect()  # the connection class's own connect (Sentinel: asks for the master first)
+                return _exchange(conn, packed, load, then, None)
 
             return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        except rx.RedisError as exc:
+            note_address(exc, conn)
+            raise
         finally:
             self._give(held)
 
-    def command_within(self, budget: float | None, packed: bytes, *, deadline: float | None = None) -> Any:
+    def command_within(self, budget: float | None, packed: bytes, *, deadline: float | None = None,
+                       load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command once (no retry) and return its reply, read at most ``budget`` seconds (``None``:
-        the socket timeout). ``deadline`` (``time.monotonic()``): opening a connection first is bounded by it too
-        (else by the connect and socket timeouts). A reply that does not come in time raises redis-py's
-        ``TimeoutError`` and the connection is dropped (redis-py disconnects on any read error)."""
+        the socket timeout). ``deadline`` (``time.monotonic()``): taking a connection from the pool and opening it
+        is bounded by it too (else by the connect and socket timeouts). ``load`` and ``then`` as in :meth:`call`.
+        A reply that does not come in time raises redis-py's ``TimeoutError`` and the connection is dropped
+        (redis-py disconnects on any read error)."""
         held = self._take()
-        give = True  # False: a connect still running on a helper thread hands the connection back itself
+        if held is None or held.stale():  # stale: not connected, or closed by the server
+            if held is not None:
+                held.conn.disconnect()
+            held = self._open_by(held, deadline)
+        conn = held.conn
         try:
-            conn = held.conn
-            if held.stale():
-                conn.disconnect()
-                if deadline is None:
-                    conn.connect()
-                elif not self._connect_by(held, deadline):
-                    give = False
-                    raise rx.TimeoutError("Timeout connecting to server (within the call's deadline)")
-            conn.send_packed_command((packed,))
-            return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+            return _exchange(conn, packed, load, then, budget)
+        except rx.RedisError as exc:
+            note_address(exc, conn)
+            raise
         finally:
-            if give:
-                self._give(held)
+            self._give(held)
 
-    def _connect_by(self, held: _Held, deadline: float) -> bool:
-        # Connect ``held`` on a helper thread and wait for it until ``deadline``: True when connected (a connect
-        # error is raised here). False: still connecting; the helper finishes on its own (bounded by redis-py's
-        # connect and socket timeouts) and then puts the connection on the idle stack, or drops it if it failed.
+    def _open_by(self, held: _Held | None, deadline: float | None) -> _Held:
+        # A connected connection: ``held`` reconnected, or a new one from the pool (which connects it), waited for
+        # at most until ``deadline``. Past it: the work goes on on a helper thread (bounded by redis-py's connect
+        # and socket timeouts), which leaves the connection on the idle stack (or drops it if it failed), and
+        # redis-py's TimeoutError is raised here.
+        def open_() -> _Held:
+            if held is None:
+                return self._new()
+            held.conn.connect()
+            return held
+
+        if deadline is None:
+            try:
+                return open_()
+            except BaseException:
+                if held is not None:
+                    self._give(held)
+                raise
         lock = threading.Lock()
         done = threading.Event()
-        state: dict[str, Any] = {"finished": False, "abandoned": False, "error": None}
+        state: dict[str, Any] = {"finished": False, "abandoned": False, "error": None, "held": held}
 
         def run() -> None:
             try:
-                held.conn.connect()
+                state["held"] = open_()
             except BaseException as exc:  # handed to the waiting caller, or dropped if it left
                 state["error"] = exc
             with lock:
                 state["finished"] = True
                 abandoned = state["abandoned"]
             done.set()
-            if abandoned:
+            if abandoned and state["held"] is not None:
                 if state["error"] is None:
-                    self._give(held)
+                    self._give(state["held"])
                 else:
-                    self._drop(held)
+                    self._drop(state["held"])
 
         threading.Thread(target=run, name="keyqueue-redis-connect", daemon=True).start()
         done.wait(max(0.0, deadline - time.monotonic()))
         with lock:
             if not state["finished"]:
                 state["abandoned"] = True
-                return False
+                raise rx.TimeoutError("Timeout connecting to server (within the call's deadline)")
         if state["error"] is not None:
+            if state["held"] is not None:
+                self._give(state["held"])
             raise state["error"]
-        return True
+        result: _Held = state["held"]
+        return result
+
+
+async def _acheckout(pool: Any) -> Any:
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py < 5.1 names the command it is for
+        return await pool.get_connection("EVALSHA")
 
 
 class AsyncWire:
     """The connections one asyncio handle talks to Redis on (see the module): used from its event loop only."""
 
     def __init__(self, client: Any) -> None:
-        pool = client.connection_pool
-        self._connection_class = pool.connection_class
-        self._kwargs = dict(pool.connection_kwargs)
+        self._pool = client.connection_pool
         self._idle: list[Any] = []
         self._all: set[Any] = set()
         self._closed = False
 
-    def _take(self) -> Any:
+    async def _take(self) -> Any:
         if self._idle:
             return self._idle.pop()
-        conn = self._connection_class(**self._kwargs)
+        conn = await _acheckout(self._pool)
         self._all.add(conn)
         return conn
 
@@ -275,27 +380,63 @@ class AsyncWire:
         if not self._closed and conn in self._all:
             self._idle.append(conn)
         else:
-            await conn.disconnect()
+            self._all.discard(conn)
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)
 
-    async def call(self, packed: bytes) -> Any:
+    async def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
-        ``execute_command``). Cancelled, redis-py drops the connection (no late reply is read by a later call)."""
-        conn = self._take()
+        ``execute_command``); ``load`` and ``then`` as in :meth:`SyncWire.call`. Cancelled, redis-py drops the
+        connection (no late reply is read by a later call)."""
+        conn = await self._take()
         try:
             if await self._stale(conn):
                 await conn.disconnect()  # closed by the server, or bytes left behind: the send reconnects
 
             async def attempt() -> Any:
-                await conn.send_packed_command((packed,))
-                return await conn.read_response()
+                try:
+                    return await exchange()
+                except rx.ResponseError:
+                    raise
+                except BaseException:  # a timeout, a reset, a cancellation: never leave a reply unread (as sync)
+                    with contextlib.suppress(Exception):
+                        await conn.disconnect()
+                    raise
+
+            async def exchange() -> Any:
+                if not conn.is_connected:
+                    await conn.connect()  # the connection class's own connect (Sentinel: asks for the master)
+                await conn.send_packed_command((packed,) if then is None else (packed, then))
+                try:
+                    reply = await conn.read_response()
+                except rx.ResponseError as exc:
+                    if then is not None:
+                        await conn.read_response()
+                    if load is None or not isinstance(exc, rx.NoScriptError):
+                        raise
+                    await conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+                    await conn.read_response()
+                    try:
+                        reply = await conn.read_response()
+                    except rx.ResponseError:
+                        if then is not None:
+                            await conn.read_response()
+                        raise
+                return reply if then is None else [reply, await conn.read_response()]
 
             return await conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
+        except rx.RedisError as exc:
+            note_address(exc, conn)
+            raise
         finally:
             await self._give(conn)
 
     async def close(self) -> None:
-        """Disconnect every connection; calls still running disconnect theirs when they finish."""
+        """Give every idle connection back to the client's pool; calls still running give theirs back when they
+        finish."""
         self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
-            await conn.disconnect()
+            self._all.discard(conn)
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)

@@ -29,12 +29,14 @@ from keyqueue.redis._protocol import (
     ADD_MANY_BATCH,
     GET_MARGIN,
     UNCHECKED,
+    WAITED,
     _text,
     log,
     read_budget,
     script_source,
     translate,
     translated,
+    unconfirmed,
 )
 from keyqueue.redis._wire import AsyncWire
 from keyqueue.redis.errors import RedisQueueError
@@ -85,26 +87,35 @@ class Queue(_HandleBase):
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
-        self._wire = AsyncWire(self._client)  # the lean path of every call but add_many (keyqueue.redis._wire)
+        # The lean path of every call but add_many (keyqueue.redis._wire); a cluster client's own otherwise.
+        self._wire: Any = None if self._cluster else AsyncWire(self._client)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     async def _call(self, op: str, args: list[str], packed: bytes | None = None) -> Any:
-        # As the threaded shell's _call: EVALSHA with the queue's prefix as the one KEYS entry on the lean path,
-        # loading the script on NOSCRIPT and sending the call once more; the first call of a handle checks the queue's
-        # layout first (as the threaded shell's _check_layout).
+        # As the threaded shell's _call: EVALSHA with the queue's keys as KEYS on the lean path (or the cluster
+        # client's own evalsha), a script the server does not know loaded there and the call sent once more; the
+        # first call of a handle checks the queue's layout first, its errors naming ``op``.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._state.on_layout(await self._call("layout", []))
-        if packed is None:
-            packed = self._packer.evalsha(self._sha[op], args)
+            self._state.on_layout(await self._script(op, "layout", []))
+        return await self._script(op, op, args, packed)
+
+    async def _script(self, shown: str, op: str, args: list[str], packed: bytes | None = None) -> Any:
         try:
-            try:
-                return await self._wire.call(packed)
-            except NoScriptError:
-                await self._client.script_load(script_source(op))
-                return await self._wire.call(packed)
+            if self._cluster:
+                sha = self._sha[op]
+                try:
+                    return await self._client.evalsha(sha, *self._keyargs, *args)
+                except NoScriptError:
+                    await self._client.script_load(script_source(op))  # on every primary
+                    return await self._client.evalsha(sha, *self._keyargs, *args)
+            if packed is None:
+                packed = self._packer.evalsha(self._sha[op], args)
+            then = self._wait if op in WAITED else None
+            reply = await self._wire.call(packed, self._loads[op], then)
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), shown, exc) from exc
+        return reply if then is None else self._confirmed(shown, reply)
 
     async def _within(self, budget: float | None, op: str, call: Awaitable[Any]) -> Any:
         # ``call`` (a coroutine of this handle talking to Redis), cancelled after ``budget`` seconds (None: no bound
@@ -119,28 +130,35 @@ class Queue(_HandleBase):
         except TimeoutError as exc:
             if not scope.expired():
                 raise
-            raise translate(self.url, op, exc, within=budget) from exc
+            raise translate(self._where(exc), op, exc, within=budget) from exc
 
     async def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # As the threaded shell's _call_many: one pipelined round trip, replies in order, NOSCRIPT ones sent again.
         if not self._state.layout_ok:
-            self._state.on_layout(await self._call("layout", []))
-        sha, keyargs = self._sha[op], self._keyargs
+            self._state.on_layout(await self._script(op, "layout", []))
         try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for args in arg_lists:
-                    pipe.evalsha(sha, *keyargs, *args)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            replies = await self._pipelined(op, arg_lists)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 await self._client.script_load(script_source(op))
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for i in again:
-                        pipe.evalsha(sha, *keyargs, *arg_lists[i])
-                    for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
-                        replies[i] = r
+                for i, r in zip(again, await self._pipelined(op, [arg_lists[i] for i in again]), strict=True):
+                    replies[i] = r
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), op, exc) from exc
+        return replies
+
+    async def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        async with self._client.pipeline(transaction=False) as pipe:
+            for args in arg_lists:
+                pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
+            if wanted is not None:
+                pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        if wanted is not None:
+            acks = replies.pop()
+            if isinstance(acks, Exception) or int(acks) < wanted[0]:
+                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
         return replies
 
     @property
@@ -150,8 +168,8 @@ class Queue(_HandleBase):
     async def _wake_local(self, n: int) -> None:
         if n <= 0:
             return
-        with translated(self.url, "wake"):
-            async with self._client.pipeline(transaction=True) as pipe:
+        with translated(self._where(), "wake"):
+            async with self._client.pipeline(transaction=not self._cluster) as pipe:  # no MULTI on a cluster
                 pipe.rpush(self._state.wake_key, *(["1"] * n))
                 pipe.expire(self._state.wake_key, 60)
                 await pipe.execute()
@@ -248,8 +266,9 @@ class Queue(_HandleBase):
                     raise ShutDown
                 state.getters += 1
             try:
-                with translated(self.url, "get (waiting)"):
-                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._wire.call(
+                with translated(self._where(), "get (waiting)"):
+                    popped = await self._within(wait + GET_MARGIN, "get (waiting)", self._client.blpop(
+                        [state.notify_key, state.wake_key], timeout=wait) if self._cluster else self._wire.call(
                         self._packer.command("BLPOP", state.notify_key, state.wake_key, wait)))
             finally:
                 with state.lock:
@@ -307,7 +326,7 @@ class Queue(_HandleBase):
                 self._scrape_client = (client, client.register_script(script_source("len")))
             client, script = self._scrape_client
         with translated(self.url, "len (metrics scrape)"):
-            reply = script(keys=[self._state.prefix], args=[self._state.now_arg()], client=client)
+            reply = script(keys=self._state.keys, args=[self._state.now_arg()], client=client)
         return self._state.on_len(reply)[1]
 
     async def inspect(self) -> dict[str, int]:
@@ -380,7 +399,8 @@ class Queue(_HandleBase):
             scrape, self._scrape_client = self._scrape_client, None
         if scrape is not None:
             scrape[0].close()
-        await self._wire.close()
+        if self._wire is not None:
+            await self._wire.close()
         if self._owns_client:
             await self._client.aclose()
 
@@ -439,14 +459,34 @@ _SCRAPE_KWARGS = ("host", "port", "db", "username", "password", "socket_timeout"
 
 
 def scrape_client(client: Any) -> Any:
-    """A synchronous ``redis.Redis`` to the server of an asyncio ``client`` (same address, db, credentials and
-    timeouts), for metrics scrapes. It does not retry: the next scrape is the retry."""
+    """A synchronous client to the server of an asyncio ``client`` (same address, db, credentials and timeouts; for
+    a Sentinel-managed client the same Sentinels and service, for a cluster client a cluster client from one of its
+    nodes), for metrics scrapes. It does not retry: the next scrape is the retry."""
     import redis
+    import redis.cluster
+    import redis.sentinel
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    kwargs = dict(getattr(client.connection_pool, "connection_kwargs", {}) or {})
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # redis.asyncio.cluster.RedisCluster
+        node = client.get_default_node()
+        kwargs = dict(getattr(client, "connection_kwargs", {}) or {})
+        picked = {k: kwargs[k] for k in ("username", "password", "socket_timeout", "socket_connect_timeout")
+                  if k in kwargs}
+        return redis.cluster.RedisCluster(host=node.host, port=node.port, decode_responses=True, **picked)
+    kwargs = dict(getattr(pool, "connection_kwargs", {}) or {})
     picked = {k: kwargs[k] for k in _SCRAPE_KWARGS if k in kwargs}
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is not None:
+        sentinels = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
+                      s.connection_pool.connection_kwargs.get("port", 26379)) for s in manager.sentinels]
+        for k in ("host", "port", "path"):
+            picked.pop(k, None)
+        timeout = picked.get("socket_timeout")
+        sentinel: Any = redis.sentinel.Sentinel  # (redis-py leaves it untyped)
+        return sentinel(sentinels, socket_timeout=timeout).master_for(
+            pool.service_name, decode_responses=True, retry=Retry(NoBackoff(), 0), **picked)
     path = picked.pop("path", None)
     if path is not None:
         picked["unix_socket_path"] = path

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -69,8 +70,10 @@ class RedisServer:
     ``appendfsync`` (``"always"``: no acknowledged write is lost on a crash; ``"everysec"``: up to about a second).
     :meth:`kill` and :meth:`restart` (same port, same directory, so the AOF is replayed) are for fault tests. No RDB
     snapshots are written; ``hz`` is 100 (blocking timeouts are served within 10 ms rather than Redis's default
-    100 ms). The server gets SIGTERM if the process that started it (from its main thread) dies; it runs in a
-    process group of its own, so a terminal's Ctrl-C reaches only that process, which stops it.
+    100 ms). ``extra_args``: more ``--option value`` arguments after those (``("--replicaof", "127.0.0.1",
+    "6380")``, ``("--cluster-enabled", "yes")``). The server gets SIGTERM if the process that started it (from its
+    main thread) dies; it runs in a process group of its own, so a terminal's Ctrl-C reaches only that process,
+    which stops it.
     """
 
     __test__ = False  # not a pytest test class
@@ -83,11 +86,15 @@ class RedisServer:
         startup_timeout: float = 10.0,
         binary: str | None = None,
         port: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be 'always', 'everysec' or 'no', got {appendfsync!r}")
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= 65535):
             raise ValueError(f"port must be within 1..65535 or None (a free port), got {port!r}")
+        if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
+            raise TypeError(f"extra_args must be a sequence of str, got {extra_args!r:.80}")
+        self.extra_args = tuple(extra_args)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.startup_timeout = startup_timeout
@@ -142,6 +149,7 @@ class RedisServer:
             binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", self._dir, "--save", "",
             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync,
             "--daemonize", "no", "--logfile", os.path.join(self._dir, "redis.log"), "--databases", "1", "--hz", "100",
+            *self.extra_args,
         ]
         command, preexec = die_with_parent(args)
         # In a process group of its own: a terminal's Ctrl-C goes to the program that started it, which stops it

@@ -1,10 +1,11 @@
 """The threading shell of the Redis-backed queues: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`.
 
-Each handle talks to Redis on connections of its own, opened with its ``redis.Redis`` client's settings (address,
-credentials, timeouts, retry policy) and kept until :meth:`Queue.close`: as many as it had calls at the same time
-(each blocked ``get`` holds one); they are not drawn from the client's pool, so its ``max_connections`` does not
-count them. The hot calls go through redis-py's connection and reply parser directly
-(:mod:`keyqueue.redis._wire`); ``add_many``, wake-ups and script loading go through the client itself. Every operation
+Each handle talks to Redis on connections taken from its ``redis.Redis`` client's own pool (so the client's address
+or Sentinel master lookup, credentials, TLS, timeouts and retry policy apply, and ``max_connections`` counts them)
+and kept until :meth:`Queue.close`, which gives them back: as many as it had calls at the same time (each blocked
+``get`` holds one). The hot calls go through redis-py's connection and reply parser directly
+(:mod:`keyqueue.redis._wire`); ``add_many`` and wake-ups go through the client itself. A
+``redis.cluster.RedisCluster`` client is driven through its own ``evalsha``/``blpop``/pipeline instead. Every operation
 is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
 One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
 this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` until
@@ -35,17 +36,22 @@ from keyqueue.redis._protocol import (
     GET_MARGIN,
     OPERATIONS,
     UNCHECKED,
+    WAITED,
     HandleState,
     _text,
-    describe_url,
+    check_wait_replicas,
+    describe_client,
+    is_cluster_client,
     limiter_tree,
     log,
     read_budget,
     script_sha,
     script_source,
+    server_of,
     socket_timeout_of,
     translate,
     translated,
+    unconfirmed,
 )
 from keyqueue.redis._wire import Packer, SyncWire
 from keyqueue.redis.errors import LeaseLost, RedisQueueError
@@ -113,14 +119,16 @@ class _HandleBase:
         metrics_provider: Any = None,
         stats: bool = False,
         clock: Clock | None = None,
+        wait_replicas: tuple[int, float] | None = None,
     ) -> None:
+        wanted = check_wait_replicas(wait_replicas)
         if client is not None and url is not None:
             raise ValueError("give client= or url=, not both")
         if client is None:
             client, shown = client_for(url, asyncio=self._ASYNC)
             self._owns_client = True
         else:
-            shown = describe_url(client)
+            shown = describe_client(client)
             self._owns_client = False
         self._client = client
         self._state = state = HandleState(name, lease=lease, clock=clock, stats=stats, url=shown)
@@ -129,20 +137,34 @@ class _HandleBase:
         self.clock = clock
         self.lease_seconds = state.lease
         self._sha = {op: script_sha(op) for op in OPERATIONS}
-        self._keyargs = (1, state.prefix)  # EVALSHA's numkeys and KEYS: the queue's prefix (see lib.lua)
-        pool = getattr(client, "connection_pool", None)
-        if pool is None or not hasattr(pool, "connection_kwargs"):
-            raise TypeError(f"client must be a redis.{'asyncio.' if self._ASYNC else ''}Redis (with a connection "
-                            f"pool), got {type(client).__name__}")
-        kwargs = pool.connection_kwargs
-        self._packer = Packer(state.prefix, encoding=kwargs.get("encoding", "utf-8"),
+        self._keyargs = (len(state.keys), *state.keys)  # EVALSHA's numkeys and KEYS: every key of the queue
+        self._cluster = is_cluster_client(client, asyncio=self._ASYNC)
+        if self._cluster:
+            kwargs: dict[str, Any] = {}
+        else:
+            pool = getattr(client, "connection_pool", None)
+            if pool is None or not hasattr(pool, "connection_kwargs") or not hasattr(pool, "get_connection"):
+                mod = "redis.asyncio" if self._ASYNC else "redis"
+                raise TypeError(f"client must be a {mod}.Redis (a Sentinel's master_for(...) too) or a "
+                                f"{mod}.cluster.RedisCluster, got {type(client).__name__}")
+            kwargs = pool.connection_kwargs
+        self._packer = Packer(state.keys, encoding=kwargs.get("encoding", "utf-8"),
                               errors=kwargs.get("encoding_errors", "strict"))
+        if wanted is not None and self._cluster:
+            raise ValueError("wait_replicas is not available with a cluster client (WAIT must reach the queue's node)")
+        self.wait_replicas = wanted
+        # WAIT sent behind every state-changing script (WAITED), in the same round trip.
+        self._wait = None if wanted is None else self._packer.command("WAIT", wanted[0],
+                                                                      max(1, round(wanted[1] * 1000)))
+        # SCRIPT LOAD of each operation, packed, sent on the connection that answered NOSCRIPT (see _wire).
+        self._loads = {op: self._packer.command("SCRIPT", "LOAD", script_source(op)) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
         self._init_shell()
         state.metrics = recorder_for_redis(metrics_provider, name=state.name, url=shown, clock=state.metrics_clock,
                                            lock=state.lock, read_depth=self._depth)
         # On Redis's clock a get's arguments never change (no queue time, and metrics are decided by now): packed once.
-        self._get_packed = None if clock is not None else self._packer.evalsha(self._sha["get"], state.get_args())
+        self._get_packed = None if clock is not None or self._cluster else self._packer.evalsha(
+            self._sha["get"], state.get_args())
         if clock is not None:
             clock.subscribe(self._on_clock_jump)
 
@@ -161,6 +183,21 @@ class _HandleBase:
         """The keys this handle holds right now."""
         with self._state.lock:
             return list(self._state.held)
+
+    def _confirmed(self, shown: str, replies: list[Any]) -> Any:
+        # A script's reply and its WAIT's: the reply, if enough replicas confirmed it.
+        reply, acks = replies
+        assert self.wait_replicas is not None
+        if int(acks) < self.wait_replicas[0]:
+            raise unconfirmed(self._where(), shown, int(acks), self.wait_replicas)
+        return reply
+
+    def _where(self, exc: BaseException | None = None) -> str:
+        # The server a failed call talked to, for its error: the connection's address, else the client's.
+        noted = getattr(exc, "keyqueue_address", None)
+        if noted is not None:
+            return str(noted)
+        return server_of(self._client, self._state.prefix, self.url)
 
     def _init_shell(self) -> None:
         raise NotImplementedError
@@ -187,20 +224,25 @@ class RateLimitedHandle(_HandleBase):
         metrics_provider: Any = None,
         stats: bool = False,
         clock: Clock | None = None,
+        wait_replicas: tuple[int, float] | None = None,
     ) -> None:
         self.rate_limiter = rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
         self._tree = limiter_tree(self.rate_limiter)
         super().__init__(name, client=client, url=url, lease=lease, metrics_provider=metrics_provider, stats=stats,
-                         clock=clock)
+                         clock=clock, wait_replicas=wait_replicas)
 
 
 class Queue(_HandleBase):
     """A work queue shared through Redis by every handle with the same ``name``, in any process on any host.
 
-    ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None)``.
-    ``client`` is a ``redis.Redis`` (used as given, with its socket timeout and its retry policy), else ``url``
-    (default ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts unless the URL says
-    otherwise, and no retries).
+    ``Queue(name, *, client=None, url=None, lease=30.0, metrics_provider=None, stats=False, clock=None,
+    wait_replicas=None)``. ``client`` is a ``redis.Redis`` (a Sentinel's ``master_for(...)`` too) or a
+    ``redis.cluster.RedisCluster``, used as given (its pool, socket timeout and retry policy; ``TypeError`` for
+    anything else), else ``url`` (default ``$KEYQUEUE_REDIS_URL``; the client built from it has 5 s socket timeouts
+    unless the URL says otherwise, and no retries). ``wait_replicas=(n, timeout)``: every call that changes the
+    queue also waits (``WAIT``, same round trip) until ``n`` replicas have it, at most ``timeout`` seconds, and
+    raises :class:`~keyqueue.redis.RedisUnavailable` (code ``NOREPLICAS``) instead of acknowledging when fewer
+    confirm; ``ValueError``/``TypeError`` for a malformed value, ``ValueError`` with a cluster client.
 
     Guarantees (client-go's, now across processes): a waiting key is not added twice; a key being processed
     anywhere is marked and handed out once more after its ``done``; keys are handed out in FIFO order, each to one
@@ -210,9 +252,11 @@ class Queue(_HandleBase):
     :class:`~keyqueue.redis.LeaseLost`. A stalled holder can therefore overlap with the next one: fence side effects
     (for Kubernetes writes, the resourceVersion precondition; or :meth:`fencing_token`, which only grows).
 
-    Every call is one atomic script in one round trip. Redis unreachable, or not answering in time:
-    :class:`~keyqueue.redis.RedisUnavailable` naming the URL; Redis answering with an error:
-    :class:`~keyqueue.redis.RedisQueueError`. Keys are ``str`` (``TypeError`` otherwise).
+    Every call is one atomic script in one round trip. Redis unreachable, not answering in time, or answering that
+    it cannot serve the call now (a failover, a restart, a slot migration: ``READONLY``, ``TRYAGAIN`` ...):
+    :class:`~keyqueue.redis.RedisUnavailable`; Redis answering with another error:
+    :class:`~keyqueue.redis.RedisQueueError`. Both name the operation, the server and the server's error code
+    (attributes ``operation``, ``address``, ``code``). Keys are ``str`` (``TypeError`` otherwise).
 
     How long a call can take when the connection goes dead (the peer stops answering, nothing resets it):
 
@@ -254,75 +298,93 @@ class Queue(_HandleBase):
     def _init_shell(self) -> None:
         # After the handle's state exists (_HandleBase.__init__), before metrics and the clock can call back.
         self._idle = threading.Condition(self._state.lock)  # shut_down_with_drain() waits here for held keys to finish
-        self._wire = SyncWire(self._client)  # the lean path of every call but add_many (see keyqueue.redis._wire)
+        # The lean path of every call but add_many (see keyqueue.redis._wire); a cluster client's own otherwise.
+        self._wire: Any = None if self._cluster else SyncWire(self._client)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _call(self, op: str, args: list[str]) -> Any:
-        # EVALSHA with the queue's prefix as the one KEYS entry (see lib.lua), on the lean path (one connection of
-        # this handle's, the connection's retry policy); the script is loaded when Redis does not know it (first
-        # use, or after a restart or SCRIPT FLUSH) and the call sent once more.
+        # EVALSHA with the queue's keys as KEYS (see lib.lua), on the lean path (a connection of the client's pool
+        # held by this handle, the connection's retry policy), or the cluster client's own evalsha; a script Redis
+        # does not know (first use, a restart, a failover, another node) is loaded on that server and the call
+        # sent once more. The handle's first call checks the queue's layout first; its errors name ``op``.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._check_layout()
+            self._state.on_layout(self._script(op, "layout", []))
+        return self._script(op, op, args)
+
+    def _script(self, shown: str, op: str, args: list[str]) -> Any:
+        try:
+            if self._cluster:
+                return self._cluster_script(op, args)
+            then = self._wait if op in WAITED else None
+            reply = self._wire.call(self._packer.evalsha(self._sha[op], args), self._loads[op], then)
+        except RedisError as exc:
+            raise translate(self._where(exc), shown, exc) from exc
+        return reply if then is None else self._confirmed(shown, reply)
+
+    def _cluster_script(self, op: str, args: list[str]) -> Any:
+        # The cluster client routes by the queue's keys (one slot) and follows MOVED/ASK itself.
         sha = self._sha[op]
         try:
-            try:
-                return self._wire.call(self._packer.evalsha(sha, args))
-            except NoScriptError:
-                self._client.script_load(script_source(op))
-                return self._wire.call(self._packer.evalsha(sha, args))
-        except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            return self._client.evalsha(sha, *self._keyargs, *args)
+        except NoScriptError:
+            self._client.script_load(script_source(op))  # on every primary
+            return self._client.evalsha(sha, *self._keyargs, *args)
 
     def _call_by(self, hard: float | None, op: str, args: list[str], packed: bytes | None = None) -> Any:
         # As _call, with every reply awaited (and a connection opened, if one must be) until ``hard`` (a monotonic
         # deadline; at most the socket timeout per reply), sent without retries: get's round trips and renew's.
-        # ``packed``: the call already packed (get's constant arguments, see _HandleBase).
+        # ``packed``: the call already packed (get's constant arguments, see _HandleBase). On a cluster client the
+        # client's own path is taken, bounded by its socket timeout per reply.
         if not self._state.layout_ok and op not in UNCHECKED:
-            self._state.on_layout(self._call_by(hard, "layout", []))
+            self._state.on_layout(self._within(hard, op, "layout", []))
+        return self._within(hard, op, op, args, packed)
+
+    def _within(self, hard: float | None, shown: str, op: str, args: list[str], packed: bytes | None = None) -> Any:
+        if self._cluster:
+            return self._script(shown, op, args)
         if packed is None:
             packed = self._packer.evalsha(self._sha[op], args)
         budget = read_budget(hard, self._socket_timeout)
+        then = self._wait if op in WAITED else None
         try:
-            try:
-                return self._wire.command_within(budget, packed, deadline=hard)
-            except NoScriptError:
-                self._client.script_load(script_source(op))
-                budget = read_budget(hard, self._socket_timeout)
-                return self._wire.command_within(budget, packed, deadline=hard)
+            reply = self._wire.command_within(budget, packed, deadline=hard, load=self._loads[op], then=then)
         except RedisError as exc:
-            raise translate(self.url, op, exc, within=budget) from exc
+            raise translate(self._where(exc), shown, exc, within=budget) from exc
+        return reply if then is None else self._confirmed(shown, reply)
 
     def _call_many(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
         # One pipelined round trip of EVALSHAs (not a transaction: each script is atomic on its own); the replies
         # in order, error replies as exception objects. Calls that found the script unknown did not run: they are
-        # sent once more after loading it.
+        # sent once more after loading it. With wait_replicas each round trip ends with WAIT.
         if not self._state.layout_ok:
-            self._check_layout()
-        sha, keyargs = self._sha[op], self._keyargs
+            self._state.on_layout(self._script(op, "layout", []))
         try:
-            pipe = self._client.pipeline(transaction=False)
-            for args in arg_lists:
-                pipe.evalsha(sha, *keyargs, *args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
+            replies = self._pipelined(op, arg_lists)
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
                 self._client.script_load(script_source(op))
-                pipe = self._client.pipeline(transaction=False)
-                for i in again:
-                    pipe.evalsha(sha, *keyargs, *arg_lists[i])
-                for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                for i, r in zip(again, self._pipelined(op, [arg_lists[i] for i in again]), strict=True):
                     replies[i] = r
         except RedisError as exc:
-            raise translate(self.url, op, exc) from exc
+            raise translate(self._where(exc), op, exc) from exc
         return replies
 
-    def _check_layout(self) -> None:
-        # Once per handle, before its first operation: refuse a queue an older keyqueue left in Redis (see
-        # HandleState.on_layout). delete() needs no check: it removes the older layout's keys too.
-        self._state.on_layout(self._call("layout", []))
+    def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
+        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        pipe = self._client.pipeline(transaction=False)
+        for args in arg_lists:
+            pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
+        if wanted is not None:
+            pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        if wanted is not None:
+            acks = replies.pop()
+            if isinstance(acks, Exception) or int(acks) < wanted[0]:
+                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
+        return replies
 
     @property
     def _getters(self) -> int:
@@ -332,8 +394,8 @@ class Queue(_HandleBase):
         # Wake n of this handle's blocked getters (their BLPOP also watches the private wake list).
         if n <= 0:
             return
-        with translated(self.url, "wake"):
-            pipe = self._client.pipeline(transaction=True)
+        with translated(self._where(), "wake"):
+            pipe = self._client.pipeline(transaction=not self._cluster)  # a cluster pipeline has no MULTI
             pipe.rpush(self._state.wake_key, *(["1"] * n))
             pipe.expire(self._state.wake_key, 60)
             pipe.execute()
@@ -439,10 +501,14 @@ class Queue(_HandleBase):
             budget = wait + GET_MARGIN  # wait <= remaining: within the hard deadline
             try:
                 try:
-                    popped = self._wire.command_within(
-                        budget, self._packer.command("BLPOP", state.notify_key, state.wake_key, wait), deadline=hard)
+                    if self._cluster:
+                        popped = self._client.blpop([state.notify_key, state.wake_key], timeout=wait)
+                    else:
+                        popped = self._wire.command_within(
+                            budget, self._packer.command("BLPOP", state.notify_key, state.wake_key, wait),
+                            deadline=hard)
                 except RedisError as exc:
-                    raise translate(self.url, "get (waiting)", exc, within=budget) from exc
+                    raise translate(self._where(exc), "get (waiting)", exc, within=budget) from exc
             finally:
                 with state.lock:
                     state.getters -= 1
@@ -573,7 +639,8 @@ class Queue(_HandleBase):
         self.shut_down()
         self._stop.set()
         detach(self._state.metrics)
-        self._wire.close()
+        if self._wire is not None:
+            self._wire.close()
         if self._owns_client:
             self._client.close()
 

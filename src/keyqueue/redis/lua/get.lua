@@ -2,7 +2,8 @@
 -- delayed keys.
 -- Invariant kept: a key is handed out only from the fifo, so never while it is in proc: one holder per key while
 -- leases are honoured. The new lease's token is larger than every earlier one (seq), and the key's entry names
--- only the new lease, so a previous holder's done() cannot touch it.
+-- only the new lease, so a previous holder's done() cannot touch it. Tokens follow the server's clock (see below), so
+-- they do not repeat across a failover to a replica that missed the last ones.
 -- ARGV: 1 now, 2 lease length in microseconds, 3 holder id, 4 "1" if the caller records metrics (only then is the
 -- time the key became dirty read, for waited).
 -- The due hint (lib.lua) spares reading proc and delay when nothing can have run out or fallen due; the new lease's
@@ -35,7 +36,15 @@ if not key then
 else
   local since = false -- the key's entry is waiting ("<since>"), as every fifo key's
   if ARGV[4] == '1' then since = redis.call('HGET', STATE, key) end
+  -- The token: larger than the last one this server knows, and at least the queue time in microseconds. A token
+  -- is then never above its issuer's clock (one get takes far more than a microsecond of server time), so a replica
+  -- promoted after missing the last tokens issues larger ones as long as its clock is not behind the old primary's
+  -- by more than the failover took (NTP-synchronised hosts).
   local seq = redis.call('INCR', SEQ)
+  if seq <= now then
+    seq = now + 1
+    redis.call('SET', SEQ, int(seq))
+  end
   if seq >= 1e14 then seq = int(seq) end -- below 10^14 concatenation is exact (and cheaper than formatting)
   local lease = seq .. '|' .. ARGV[3]
   redis.call('HSET', STATE, key, '@' .. lease) -- handed out, clean: the dirty mark goes with the waiting entry

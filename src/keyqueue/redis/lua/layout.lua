@@ -2,4 +2,4 @@
 -- per-key state hash): this version's scripts would not see what they record. Each handle runs it once, before
 -- its first operation, and refuses the queue if the answer is not 0.
 -- Invariant kept: read only.
-return redis.call('EXISTS', P .. 'dirty', P .. 'lease')
+return redis.call('EXISTS', OLD_DIRTY, OLD_LEASE)

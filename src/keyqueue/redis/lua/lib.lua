@@ -4,12 +4,11 @@
 -- links them). Defining a function or a key name costs Redis time on every call, so a script carries only what it
 -- uses.
 --
--- One queue is the keys under one hash tag, so every script can touch all of them on Redis Cluster too.
--- KEYS[1] is the queue's key prefix "kq:{name}:" (not a key itself): it routes the call to the hash slot of {name}
--- on Redis Cluster, and the scripts name the queue's keys from it (prefix .. role), all in that one slot. This
--- deviates from Redis's scripting guide, which asks that every key a script touches be declared in KEYS: passing
--- the ten names instead of one made every call measurably slower (~8 % of a call in a paired measurement, client
--- packing and the server's KEYS table), and Cluster serves the scripts either way. The keys, prefix .. role:
+-- One queue is the keys under one hash tag "{name}", so they share one hash slot on Redis Cluster. Every key a
+-- script touches is declared in KEYS, in this order, for every operation (one packed head per operation): the
+-- cluster client routes the call by them and Redis checks them, so while the queue's slot migrates a script is
+-- refused (TRYAGAIN, or ASK then TRYAGAIN on the importing node) rather than run against half-moved state. The
+-- keys, "kq:{name}:" .. role:
 --   fifo       list    keys waiting to be handed out, head first: exactly the keys whose state is "waiting", once
 --   state      hash    key -> its state, one entry per key that is dirty or handed out (absent: neither):
 --                        "<since>"                    waiting (dirty, in the fifo, not in proc); "" if the time
@@ -24,7 +23,7 @@
 --   notify     list    wake-up tokens for blocked getters (BLPOP); at most NOTIFY_CAP entries
 --   fail       hash    "<limiter index>:<key>" -> failure count of a per-key rate limiter
 --   bucket     hash    "<limiter index>:tokens" / "<limiter index>:last" of a token bucket
---   seq        string  the fencing-token counter (INCR): every lease gets a larger token than all before it
+--   seq        string  the last fencing token: every lease gets a larger one, at least the queue time in µs (get)
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered (done() queued a
 --                      re-added key again), marks and unmarked (keys that became "!"; "!" keys whose lease ran out):
 --                      the "!" keys number marks - redelivered - unmarked, so the dirty keys are that plus the fifo
@@ -33,6 +32,7 @@
 --                      when it is later than now nothing has run out or fallen due, and get/len skip reading proc
 --                      and delay (one GET instead of two ZCOUNTs); once now reaches it, they catch up and set it
 --                      exactly again (catch_up)
+--   dirty, lease          the hashes of an older keyqueue's layout: only layout and delete read them
 -- ARGV[1] is the queue time in microseconds, or "" to read the Redis server's clock (TIME), in every script but
 -- done (which reads no clock; and add's "-": no clock needed, since_text): the server's clock decides leases, delays
 -- and the bucket, whatever the clients' clocks say.
@@ -41,17 +41,18 @@
 -- formatting keeps 14 digits). Formatting a number costs Redis ~0.4 µs either way, so the hot paths pass text they
 -- already have where they can (since_text).
 -- One key name per line: a script keeps only the names its code uses (script_source drops the others).
-local P = KEYS[1]
-local FIFO = P .. 'fifo'
-local STATE = P .. 'state'
-local PROC = P .. 'proc'
-local DELAY = P .. 'delay'
-local NOTIFY = P .. 'notify'
-local FAIL = P .. 'fail'
-local BUCKET = P .. 'bucket'
-local SEQ = P .. 'seq'
-local COUNTERS = P .. 'counters'
-local DUE = P .. 'due'
+local FIFO = KEYS[1]
+local STATE = KEYS[2]
+local PROC = KEYS[3]
+local DELAY = KEYS[4]
+local NOTIFY = KEYS[5]
+local FAIL = KEYS[6]
+local BUCKET = KEYS[7]
+local SEQ = KEYS[8]
+local COUNTERS = KEYS[9]
+local DUE = KEYS[10]
+local OLD_DIRTY = KEYS[11]
+local OLD_LEASE = KEYS[12]
 local NOTIFY_CAP = 32
 local BATCH = 1000 -- most expired leases / due delayed keys moved by one script (the rest by the next one)
 local INF = math.huge
