@@ -68,12 +68,12 @@ def _load(avg: Sequence[float] | None) -> str:
     return "?" if not avg else "/".join(f"{x:.1f}" for x in avg)
 
 
-def _describe(report: Mapping[str, Any]) -> str:
+def _describe(report: Mapping[str, Any], python: str = ".venv/bin/python") -> str:
     m = report["machine"]
     load = f"load average {_load(m['loadavg_at_start'])}"
     if report.get("loadavg_at_end"):
         load += f" → {_load(report['loadavg_at_end'])}"
-    return (f"`python -m benchmarks {' '.join(report['argv'])}` (Python {m['python']}, commit "
+    return (f"`{python} -m benchmarks {' '.join(report['argv'])}` (Python {m['python']}, commit "
             f"{m['git_commit']}, {m['date']}, {m['cpu_count']} CPUs, {load}, timer {report['timer']})")
 
 
@@ -152,7 +152,11 @@ def render_scaling(reports: Sequence[Mapping[str, Any]]) -> str:
             ratio = f" ({r['ratio_to_baseline']:.2f}x)" if r.get("ratio_to_baseline") is not None else ""
             cells.append(f"{fmt_value(r['median'], r['unit'])}{ratio}")
         lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
-    sources = "; ".join(_describe(report) for report in reports)
+    def python(report: Mapping[str, Any]) -> str:  # the venvs docs/support.md names
+        gil = next((r["extra"].get("gil") for r in report["results"] if r["id"].endswith(".1")), True)
+        return ".venv/bin/python" if gil else ".venv-3.14t/bin/python"
+
+    sources = "; ".join(_describe(report, python(report)) for report in reports)
     return f"Generated from {sources}.\n\n" + "\n".join(lines) + "\n"
 
 
