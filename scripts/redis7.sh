@@ -4,7 +4,7 @@
 # and no system service is started. Prints the path of a redis-server wrapper; point the tests at it with
 # KEYQUEUE_REDIS_SERVER="$(scripts/redis7.sh)". Idempotent: a second run reuses the cache.
 set -euo pipefail
-cache=${KEYQUEUE_REDIS7_CACHE:-$HOME/.cache/keyqueue/redis7}
+cache=${KEYQUEUE_REDIS7_CACHE:-${KEYQUEUE_CACHE:-$HOME/.cache/keyqueue}/redis7}
 wrapper="$cache/redis-server"
 if [ -x "$wrapper" ] && "$wrapper" --version >/dev/null 2>&1; then
   echo "$wrapper"
