@@ -31,6 +31,7 @@ from typing import Any, Final
 from .custom import PRINTER_COLUMN_FORMATS, PRINTER_COLUMN_TYPES, CustomSchema, check_value
 from .objects import ResourceType, format_time
 from .patterns import PatternError, compile_pattern
+from .validation import DNS1035_LABEL, DNS1123_LABEL, MSG_DNS1035_LABEL, MSG_DNS1123_LABEL
 
 __all__ = ["CRD_FINALIZER", "crd_causes", "prepare_crd", "served_types"]
 
@@ -39,19 +40,7 @@ __all__ = ["CRD_FINALIZER", "crd_causes", "prepare_crd", "served_types"]
 CRD_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 
 _Cause = tuple[str, str, str]
-_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_MSG_LABEL: Final = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
-    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-_MSG_1035: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation "
-    "is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
 _TYPES: Final = ("array", "boolean", "integer", "number", "object", "string")
 _FORBIDDEN: Final = ("$ref", "$schema", "id", "definitions", "dependencies", "patternProperties", "additionalItems")
 _SCOPES: Final = ("Cluster", "Namespaced")
@@ -65,15 +54,15 @@ def _q(value: Any) -> str:
 def _label_causes(path: str, value: Any, required: bool = True) -> list[_Cause]:
     if not value:
         return [("FieldValueRequired", path, "Required value")] if required else []
-    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
-        return [("FieldValueInvalid", path, f"Invalid value: {_q(value)}: {_MSG_LABEL}")]
+    if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
+        return [("FieldValueInvalid", path, f"Invalid value: {_q(value)}: {MSG_DNS1123_LABEL}")]
     return []
 
 
 def _kind_causes(path: str, value: Any, required: bool = True) -> list[_Cause]:
     if not value:
         return [("FieldValueRequired", path, "Required value")] if required else []
-    if not _DNS1035_LABEL.fullmatch(str(value).lower()):
+    if not DNS1035_LABEL.fullmatch(str(value).lower()):
         return [("FieldValueInvalid", path, f"Invalid value: {_q(value)}: may have mixed case, but should otherwise "
                  "match: [a-z]([-a-z0-9]*[a-z0-9])?")]
     return []
@@ -225,8 +214,8 @@ def _version_causes(versions: list[Mapping[str, Any]]) -> list[_Cause]:
         vname = version.get("name", "")
         if not vname:
             causes.append(("FieldValueRequired", f"{path}.name", "Required value"))
-        elif len(vname) > 63 or not _DNS1035_LABEL.fullmatch(vname):
-            causes.append(("FieldValueInvalid", f"{path}.name", f"Invalid value: {_q(vname)}: {_MSG_1035}"))
+        elif len(vname) > 63 or not DNS1035_LABEL.fullmatch(vname):
+            causes.append(("FieldValueInvalid", f"{path}.name", f"Invalid value: {_q(vname)}: {MSG_DNS1035_LABEL}"))
         elif vname in seen:
             causes.append(("FieldValueDuplicate", f"{path}.name", f"Duplicate value: {_q(vname)}"))
         seen.add(vname)

@@ -9,14 +9,31 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
+    "DNS1035_LABEL", "DNS1123_LABEL", "MSG_DNS1035_LABEL", "MSG_DNS1123_LABEL",
     "event_causes", "event_update_causes", "namespace_finalizer_causes", "owner_reference_causes",
     "qualified_name_causes",
 ]
 
 _Cause = tuple[str, str, str]
+
+
+#: Kubernetes' name rules (apimachinery's validation): a lowercase RFC 1123 label and a DNS-1035 label, with the
+#: messages kube-apiserver answers when a name breaks them.
+DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+MSG_DNS1123_LABEL: Final = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+MSG_DNS1035_LABEL: Final = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation "
+    "is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
 
 
 def _go_quote(value: Any) -> str:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..validation import qualified_name_causes
+from ..validation import DNS1035_LABEL, DNS1123_LABEL, MSG_DNS1035_LABEL, MSG_DNS1123_LABEL, qualified_name_causes
 from .defaults import pod_template_of
 from .resources import (
     CLUSTER_ROLE_BINDINGS,
@@ -52,19 +52,7 @@ from .resources import (
 __all__ = ["kind_causes", "kind_update_causes", "name_rule"]
 
 _Cause = tuple[str, str, str]
-_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_MSG_DNS1035: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation "
-    "is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
-_MSG_DNS1123_LABEL: Final = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
-    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
 _RESTART_POLICIES: Final = ("Always", "OnFailure", "Never")
 _DNS_POLICIES: Final = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
 _SERVICE_TYPES: Final = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
@@ -106,9 +94,9 @@ def name_rule(rt: ResourceType) -> tuple[str, re.Pattern[str], str] | None:
     """``(what, pattern, message)`` of a kind whose names are labels rather than subdomains (Services: DNS-1035,
     StatefulSets: RFC 1123 labels, both at most 63 characters), else ``None``."""
     if rt is SERVICES:
-        return "label", _DNS1035_LABEL, _MSG_DNS1035
+        return "label", DNS1035_LABEL, MSG_DNS1035_LABEL
     if rt is STATEFULSETS:
-        return "label", _DNS1123_LABEL, _MSG_DNS1123_LABEL
+        return "label", DNS1123_LABEL, MSG_DNS1123_LABEL
     return None
 
 
@@ -182,8 +170,8 @@ def _pod_spec_causes(field: str, spec: Any, restart_policies: tuple[str, ...] = 
             name = container.get("name") or ""
             if not name:
                 causes.append(_required(f"{at}.name"))
-            elif len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-                causes.append(_invalid(f"{at}.name", json.dumps(name), _MSG_DNS1123_LABEL))
+            elif len(name) > 63 or not DNS1123_LABEL.fullmatch(name):
+                causes.append(_invalid(f"{at}.name", json.dumps(name), MSG_DNS1123_LABEL))
             elif name in names:
                 causes.append(("FieldValueDuplicate", f"{at}.name", f"Duplicate value: {json.dumps(name)}"))
             names.add(name)
