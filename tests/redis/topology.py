@@ -193,6 +193,8 @@ def migrate_slot(setup: ClusterSetup, slot: int, target: RedisServer, *, pause: 
             src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
             if pause:
                 time.sleep(pause)  # keeps the slot half-moved for a while; nothing waits on it
-        for node in setup.nodes:
+        # The order redis-cli uses: the target first (it stops importing and owns the slot), then the source (it
+        # stops migrating and answers MOVED), then every other node.
+        for node in sorted(setup.nodes, key=lambda n: (n is not target, n is not source)):
             with contextlib.closing(redis.Redis(port=node.port)) as c:
                 c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
