@@ -34,7 +34,8 @@ from .jsonpath import JSONPath, JSONPathError, print_value
 from .jsonpath import parse as parse_jsonpath
 from .patterns import PatternError, pattern_matches
 
-__all__ = ["PRINTER_COLUMN_FORMATS", "PRINTER_COLUMN_TYPES", "CustomSchema", "check_value", "type_name"]
+__all__ = ["PRINTER_COLUMN_FORMATS", "PRINTER_COLUMN_TYPES", "CustomSchema", "check_value", "keep_all_but_status",
+           "type_name"]
 
 _Cause = tuple[str, str, str]
 _TYPE_NAMES: Final = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
@@ -276,6 +277,19 @@ def _compiled_column(path: str) -> JSONPath:
     return parse_jsonpath("{" + path + "}")
 
 
+
+def keep_all_but_status(new: dict[str, Any], old: Mapping[str, Any]) -> None:
+    """A write through ``/status``, in place: ``new`` becomes a copy of ``old`` with ``new``'s status (none if
+    ``new`` has none), as kube-apiserver's status strategies do for every kind."""
+    status = new.get("status")
+    new.clear()
+    new.update(copy.deepcopy(dict(old)))
+    if status is None:
+        new.pop("status", None)
+    else:
+        new["status"] = status
+
+
 @dataclass(frozen=True, eq=False)
 class CustomSchema:
     """One served version of a CRD: its structural schema (``openAPIV3Schema``) and subresources."""
@@ -331,13 +345,7 @@ class CustomSchema:
         of ``old`` but the status.  ``metadata.generation`` grows by one if anything but ``metadata`` (and a
         subresource ``status``) changed."""
         if subresource == "status":
-            status = new.get("status")
-            new.clear()
-            new.update(copy.deepcopy(dict(old)))
-            if status is None:
-                new.pop("status", None)
-            else:
-                new["status"] = status
+            keep_all_but_status(new, old)
         elif self.status:
             if "status" in old:
                 new["status"] = copy.deepcopy(old["status"])

@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..custom import keep_all_but_status
 from .defaults import apply_defaults
 from .resources import INGRESSES, JOBS, PDBS, PODS, PVCS, SECRETS, SERVICES, ResourceType
 
@@ -139,13 +140,7 @@ def prepare_builtin(rt: ResourceType, obj: dict[str, Any], old: Mapping[str, Any
     if not rt.model:
         return
     if old is not None and subresource == "status":
-        status = obj.get("status")
-        obj.clear()
-        obj.update(copy.deepcopy(dict(old)))
-        if status is None:
-            obj.pop("status", None)
-        else:
-            obj["status"] = status
+        keep_all_but_status(obj, old)
         return
     if rt is SECRETS:
         _secret_string_data(obj)
