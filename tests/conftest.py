@@ -153,6 +153,15 @@ def _missing(extra: str) -> list[str]:
     return missing
 
 
+def _asked_for(path: Path, config: pytest.Config) -> bool:
+    """Whether ``path`` is one of the run's arguments or inside one (pytest's arguments may carry ``::`` parts)."""
+    for arg in config.args:
+        asked = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if asked == path or asked in path.parents:
+            return True
+    return False
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     try:
         rel = collection_path.relative_to(_TESTS)
@@ -164,7 +173,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if rel.parts[0] in parts:
             missing = _missing(extra)
             if missing:
-                _left_out[f"tests/{rel}"] = f"the {extra} extra is not installed (missing: {', '.join(missing)})"
+                if _asked_for(collection_path, config):  # not the siblings pytest looks at on its way in
+                    _left_out[f"tests/{rel}"] = f"the {extra} extra is not installed (missing: {', '.join(missing)})"
                 return True
     return None
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,3 +36,13 @@ def new_queue(redis_url: str) -> Iterator[Callable[..., Any]]:
         with contextlib.suppress(keyqueue.redis.RedisQueueError):
             q.delete()
         q.close()
+
+
+def pytest_report_header() -> str:
+    """Which server the Redis tests run against (a leg's log then shows it was Valkey, Redis 7 ...)."""
+    binary = keyqueue.redis.find_redis_server()
+    try:
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"unknown ({exc})"
+    return f"redis server: {binary}: {version}"

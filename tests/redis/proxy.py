@@ -19,7 +19,7 @@ def redis_port(url: str) -> int:
 class CuttableProxy:
     """``CuttableProxy(port)`` forwards ``127.0.0.1:<self.port>`` to ``127.0.0.1:<port>``. :meth:`cut` drops every
     byte in both directions from then on (connections stay open); :meth:`restore` closes the connections that
-    were cut (their streams lost bytes) and forwards again."""
+    were cut (their streams lost bytes) and forwards again; :meth:`retarget` moves it to another server."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -45,6 +45,14 @@ class CuttableProxy:
     def restore(self) -> None:
         with self._lock:
             self._cut = False
+            for s in list(self._pairs):
+                self._close(s)
+
+    def retarget(self, target_port: int) -> None:
+        """Forward new connections to ``target_port`` from now on and close the open ones: a service endpoint
+        (a managed Redis's primary address) moving to another server."""
+        with self._lock:
+            self.target_port = target_port
             for s in list(self._pairs):
                 self._close(s)
 

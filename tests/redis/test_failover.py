@@ -23,6 +23,7 @@ import keyqueue.redis.aio
 from keyqueue import AddResult
 from keyqueue.redis import LeaseLost, RedisServer, RedisUnavailable
 from keyqueue.testing import eventually
+from tests.redis.proxy import CuttableProxy
 from tests.redis.topology import SERVICE, sentinel_setup
 
 pytestmark = pytest.mark.redis
@@ -69,6 +70,51 @@ def test_tokens_do_not_repeat_on_a_server_that_missed_the_last_ones() -> None:
         finally:
             qa.close()
             qb.close()
+
+
+def _until_served(call: Any) -> Any:
+    """``call()`` again while it raises RedisUnavailable (the first call after an endpoint moved finds its
+    connection closed)."""
+    def attempt() -> tuple[Any]:
+        try:
+            return (call(),)
+        except RedisUnavailable as exc:
+            raise AssertionError(exc) from exc
+    return eventually(attempt, timeout=20)[0]
+
+
+def test_without_wait_replicas_a_promoted_replica_loses_what_it_missed_and_fences_the_old_lease() -> None:
+    # What the docs say a failover without wait_replicas loses, and that nothing worse happens. The endpoint (a
+    # managed Redis's primary address) moves from A to B, whose state is A's as of before a get and an add that A
+    # acknowledged: the add is lost, the key is handed out again under a larger token, and the old lease's done
+    # raises LeaseLost instead of touching the new holder.
+    with RedisServer() as a, RedisServer() as b, CuttableProxy(a.port) as endpoint:
+        name = _name()
+        url = f"redis://127.0.0.1:{endpoint.port}/0"
+        old, new = keyqueue.redis.Queue(name, url=url, lease=60), keyqueue.redis.Queue(name, url=url, lease=60)
+        try:
+            old.add_many(["k0", "k1"])
+            with contextlib.closing(redis.Redis(port=a.port)) as ca, contextlib.closing(redis.Redis(port=b.port)) as cb:
+                for key in ca.keys(f"kq:{{{name}}}:*"):
+                    cb.restore(key, 0, ca.dump(key), replace=True)  # the replica, as of now
+            held = old.get(timeout=1)
+            assert held == "k0"
+            token = old.fencing_token(held)
+            assert old.add("late") is AddResult.QUEUED  # acknowledged by A alone
+            endpoint.retarget(b.port)  # the failover: B is the primary now
+            with pytest.raises(LeaseLost):
+                _until_served(lambda: old.done(held))
+            again = _until_served(lambda: new.get(timeout=1))
+            assert again == "k0" and new.fencing_token(again) > token
+            assert new.done(again) is False
+            assert new.get(timeout=1) == "k1"
+            assert new.done("k1") is False
+            with pytest.raises(TimeoutError):
+                new.get(timeout=0.2)  # "late" was never on B: lost
+            assert len(new) == 0
+        finally:
+            old.close()
+            new.close()
 
 
 def test_wait_replicas_acknowledges_only_what_a_replica_has(pair: tuple[RedisServer, RedisServer]) -> None:

@@ -128,6 +128,31 @@ class ClusterSetup:
                     return next(n for n in self.nodes if n.port == port)
         raise LookupError(slot)
 
+    def views(self, slot: int) -> dict[int, str]:
+        """Each node's view of ``slot`` (by node port): the port of the node it routes the slot to, and
+        ``migrating``/``importing`` if it has the slot in that state itself (CLUSTER NODES)."""
+        ports = {self.node_id(n): n.port for n in self.nodes}
+        views = {}
+        for node in self.nodes:
+            with contextlib.closing(redis.Redis(port=node.port, decode_responses=True)) as c:
+                text = c.execute_command("CLUSTER", "NODES")
+            owner, marks = "?", []
+            for line in (text if isinstance(text, str) else str(text)).splitlines():
+                fields = line.split()
+                node_id = fields[0]
+                for part in fields[8:]:
+                    if part.startswith("["):  # [slot->-id] migrating, [slot-<-id] importing (own line only)
+                        if part.startswith(f"[{slot}->-"):
+                            marks.append("migrating")
+                        elif part.startswith(f"[{slot}-<-"):
+                            marks.append("importing")
+                        continue
+                    start, _, end = part.partition("-")
+                    if int(start) <= slot <= int(end or start):
+                        owner = str(ports.get(node_id, node_id))
+            views[node.port] = " ".join([owner, *marks])
+        return views
+
 
 def _cluster_port() -> int:
     """A free port whose cluster bus port (port + 10000) is a valid port and free too: a cluster node binds both."""
@@ -198,3 +223,11 @@ def migrate_slot(setup: ClusterSetup, slot: int, target: RedisServer, *, pause: 
         for node in sorted(setup.nodes, key=lambda n: (n is not target, n is not source)):
             with contextlib.closing(redis.Redis(port=node.port)) as c:
                 c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    # As redis-cli does after a move: wait until every node routes the slot to the target and none has it half-moved.
+    agreed = {n.port: str(target.port) for n in setup.nodes}
+
+    def settled() -> bool:
+        views = setup.views(slot)
+        assert views == agreed, f"slot {slot}, source {source.port}, target {target.port}: views {views}"
+        return True
+    eventually(settled, timeout=20, interval=0.05)
