@@ -181,6 +181,12 @@ def cluster_setup(size: int = 3) -> Iterator[ClusterSetup]:
         per = 16384 // size
         for i, node in enumerate(nodes):
             with contextlib.closing(redis.Redis(port=node.port)) as c:
+                # Distinct config epochs from the start, as redis-cli --cluster create gives them. Left equal, the
+                # nodes settle them by collision later, and a slot move meanwhile can leave its target with a
+                # lower epoch than the source: the source's last gossip then takes the slot back on the target,
+                # which routes it to the source while the source routes it to the target (MOVED both ways, for
+                # good).
+                c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
                 end = 16384 if i == size - 1 else (i + 1) * per
                 c.execute_command("CLUSTER", "ADDSLOTS", *range(i * per, end))
                 for other in nodes[:i]:
