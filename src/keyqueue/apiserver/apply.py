@@ -231,9 +231,12 @@ class ApplyRequest:
         entries = (live.get("metadata") or {}).get("managedFields")
         managers = Managers(entries)
         if not managers.entries:
-            managers.put((_BEFORE_FIRST_APPLY, "Update", self.rt.api_version, ""),
-                         strip_paths(self.rt, to_field_set(node_of(self.rt), live)), self.rt.api_version,
-                         str((live.get("metadata") or {}).get("creationTimestamp") or ""))
+            try:
+                paths = to_field_set(node_of(self.rt), live)
+            except TypedError as exc:
+                raise _typed_error(self.rt, live, exc) from None
+            managers.put((_BEFORE_FIRST_APPLY, "Update", self.rt.api_version, ""), strip_paths(self.rt, paths),
+                         self.rt.api_version, str((live.get("metadata") or {}).get("creationTimestamp") or ""))
         return managers
 
     def managed_fields(self, live: dict[str, Any] | None, new: Mapping[str, Any], now: str) -> list[dict[str, Any]]:

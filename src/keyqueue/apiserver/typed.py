@@ -395,7 +395,8 @@ class Comparison:
 
 def compare(node: Node, old: Any, new: Any) -> Comparison:
     """structured-merge-diff's ``Compare``: leaves added, modified or removed, and maps, lists and items that
-    appeared (added) or disappeared (removed) as a whole.  ``old`` may be :data:`MISSING` (a create)."""
+    appeared (added) or disappeared (removed) as a whole.  ``old`` may be :data:`MISSING` (a create).  Never
+    raises: a set or associative list whose items cannot be keyed compares as one atomic value."""
     out = Comparison()
     _compare(node, old, new, (), out)
     return out
@@ -428,8 +429,12 @@ def _compare(node: Node, old: Any, new: Any, path: Path, out: Comparison) -> Non
             _compare(node.child(key), left.get(key, MISSING), right.get(key, MISSING), (*path, "f:" + key), out)
     else:
         assert node.elem is not None
-        left_items = dict(_items(node, old if isinstance(old, list) else [], path, duplicates=True))
-        right_items = dict(_items(node, new if isinstance(new, list) else [], path, duplicates=True))
+        try:
+            left_items = dict(_items(node, old if isinstance(old, list) else [], path, duplicates=True))
+            right_items = dict(_items(node, new if isinstance(new, list) else [], path, duplicates=True))
+        except TypedError:  # a stored list whose items have no keys (not validated on writes): owned whole
+            _compare(LEAF, old, new, path, out)
+            return
         for element in {**left_items, **right_items}:
             _compare(node.elem, left_items.get(element, MISSING), right_items.get(element, MISSING),
                      (*path, element), out)
