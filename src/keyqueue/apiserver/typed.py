@@ -28,7 +28,6 @@ down in tables here); a custom resource's from its CRD's structural schema.  Tre
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib
 import json
@@ -445,6 +444,15 @@ def _compare(node: Node, old: Any, new: Any, path: Path, out: Comparison) -> Non
             out.removed.add(path)
 
 
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value (faster than ``copy.deepcopy`` for the large objects applies carry, CRDs)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
 def merge(node: Node, live: Any, config: Any) -> Any:
     """structured-merge-diff's ``Merge``: ``config`` over ``live`` — maps and structs field by field, sets and
     associative lists item by item (in structured-merge-diff's order: the config's items in its order, the live
@@ -455,14 +463,14 @@ def merge(node: Node, live: Any, config: Any) -> Any:
 
 def _merge(node: Node, live: Any, config: Any, path: Path) -> Any:
     if config is MISSING:
-        return copy.deepcopy(live)
+        return _copy(live)
     if live is MISSING:
         _check_lists(node, config, path)
-        return copy.deepcopy(config)
+        return _copy(config)
     how_live, how_config = _effective(node, live), _effective(node, config)
     if how_live != how_config or how_config == "leaf":
         _check_lists(node, config, path)
-        return copy.deepcopy(config)
+        return _copy(config)
     if how_config == "map":
         if not live and not config:
             return {}
@@ -511,7 +519,7 @@ def _merge_list(node: Node, live: list[Any], config: list[Any], path: Path) -> l
         if li < len(left):
             element, item = left[li]
             if element not in right_map:
-                out.append(copy.deepcopy(item))
+                out.append(_copy(item))
                 li += 1
                 continue
             if element in merged_right:
@@ -530,7 +538,7 @@ def remove_paths(node: Node, value: Any, paths: set[Path]) -> Any:
     """``value`` without the fields and list items at ``paths`` (each with everything beneath it); a new value,
     ``value`` is not modified."""
     if not paths:
-        return copy.deepcopy(value)
+        return _copy(value)
     return _remove(node, value, paths, ())
 
 
@@ -551,9 +559,9 @@ def _remove(node: Node, value: Any, paths: set[Path], path: Path) -> Any:
             try:
                 sub = (*path, _item_element(node, item, ""))
             except TypedError:
-                kept.append(copy.deepcopy(item))
+                kept.append(_copy(item))
                 continue
             if sub not in paths:
                 kept.append(_remove(node.elem, item, paths, sub))
         return kept
-    return copy.deepcopy(value)
+    return _copy(value)
