@@ -14,6 +14,8 @@ import pytest
 from kubernetes import client
 
 from keyqueue.apiserver import TestAPIServer
+from keyqueue.apiserver.apply import ApplyRequest
+from keyqueue.apiserver.objects import CONFIGMAPS
 
 from .conftest import raw_request, unique
 
@@ -125,7 +127,28 @@ def test_managed_fields_after_update_apply_apply_update(server: TestAPIServer, n
     assert code == 200 and fields(obj)[("dave", "Apply", "")] == {"f:data": {"f:d": {}}}
     code, obj = call(server, "PATCH", base + "/seq?fieldManager=bob", configmap("seq", {}))
     assert code == 200 and obj["data"] == {"a": "9", "d": "4"}, obj
-    assert ("bob", "Apply", "") not in fields(obj)
+    assert fields(obj)[("bob", "Apply", "")] == {"f:data": {}}  # an empty map applied: the map itself is owned
+    code, obj = call(server, "PATCH", base + "/seq?fieldManager=bob", configmap("seq"))
+    assert code == 200 and ("bob", "Apply", "") not in fields(obj)
+    assert obj["data"] == {"a": "9", "d": "4"}  # the map bob had owned is not empty: it stays
+
+
+def test_prune_keeps_a_map_that_holds_what_others_own() -> None:
+    """An applier that owned a map itself (it applied ``data: {}``) and no longer applies it: the map goes only
+    if nothing in it is someone else's (structured-merge-diff removes the merged object's leaves and items, never
+    a non-empty map)."""
+    live = {**configmap("m", {"k": "v"}), "metadata": {"name": "m", "namespace": "n", "managedFields": [
+        {"manager": "erin", "operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:data": {}}},
+        {"manager": "frank", "operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:data": {"f:k": {}}}}]}}
+    request = ApplyRequest(CONFIGMAPS, "m", configmap("m"), "erin")
+    request.check()
+    request.normalize(configmap("m"))
+    assert request.merged(live)["data"] == {"k": "v"}
+    alone = {**live, "metadata": {**live["metadata"], "managedFields": live["metadata"]["managedFields"][:1]}}
+    alone["data"] = {}
+    assert "data" not in request.merged(alone)  # an empty map only erin owned is pruned
 
 
 def test_apply_creates_conflicts_and_force(server: TestAPIServer, ns: str) -> None:

@@ -138,10 +138,11 @@ def _typed_error(rt: ResourceType, config: Mapping[str, Any], exc: TypedError) -
 
 
 def _restrict(decoded: Any, raw: Any) -> Any:
-    """``decoded`` with only the fields ``raw`` has (and ``raw``'s ``null`` s)."""
+    """``decoded`` with only the fields ``raw`` has (and ``raw``'s ``null`` s and empty maps and lists, which
+    decoding drops but which the applier owns)."""
     if isinstance(raw, dict) and isinstance(decoded, dict):
-        return {k: None if v is None else _restrict(decoded[k], v) for k, v in raw.items()
-                if v is None or k in decoded}
+        return {k: _restrict(decoded[k], v) if k in decoded else v for k, v in raw.items()
+                if k in decoded or v is None or v == {} or v == []}
     if isinstance(raw, list) and isinstance(decoded, list) and len(raw) == len(decoded):
         return [_restrict(d, r) for d, r in zip(decoded, raw, strict=True)]
     return decoded
@@ -225,7 +226,14 @@ class ApplyRequest:
         for key, paths in managers.sets.items():
             if key != self.identity:
                 owned |= paths
-        return remove_paths(node, merged, last - owned)  # type: ignore[no-any-return]
+        # structured-merge-diff's prune, addBackOwnedItems and addBackDanglingItems together: of the merged
+        # object's fields (leaves, list items, empty maps), those the applier had and nobody owns now go; a map
+        # that still holds anything stays
+        try:
+            present = to_field_set(node, merged)
+        except TypedError as exc:
+            raise _typed_error(self.rt, self.config, exc) from None
+        return remove_paths(node, merged, (present & last) - owned)  # type: ignore[no-any-return]
 
     def _managers(self, live: Mapping[str, Any]) -> Managers:
         entries = (live.get("metadata") or {}).get("managedFields")
