@@ -133,6 +133,17 @@ def test_managed_fields_after_update_apply_apply_update(server: TestAPIServer, n
     assert obj["data"] == {"a": "9", "d": "4"}  # the map bob had owned is not empty: it stays
 
 
+def test_service_ports_by_port_and_protocol_and_an_atomic_selector(memory_server: TestAPIServer, mns: str) -> None:
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+           "spec": {"selector": {"app": "a"}, "ports": [{"port": 80, "targetPort": 8080}]}}
+    code, obj = call(memory_server, "PATCH", f"/api/v1/namespaces/{mns}/services/s?fieldManager=m", svc)
+    assert code == 201, obj
+    assert obj["spec"]["clusterIP"]  # set by the server: nobody's
+    assert fields(obj)[("m", "Apply", "")] == {"f:spec": {
+        "f:ports": {'k:{"port":80,"protocol":"TCP"}': {".": {}, "f:port": {}, "f:targetPort": {}}},
+        "f:selector": {}}}
+
+
 def test_prune_keeps_a_map_that_holds_what_others_own() -> None:
     """An applier that owned a map itself (it applied ``data: {}``) and no longer applies it: the map goes only
     if nothing in it is someone else's (structured-merge-diff removes the merged object's leaves and items, never

@@ -13,7 +13,7 @@ Each type is a tree of :class:`Node` s, what kube reads from a type's OpenAPI ex
 * ``map``: a map whose keys are owned on their own (``labels``, a ConfigMap's ``data``, ``additionalProperties``);
 * ``leaf``: a scalar, or anything *atomic* — a list without a list type (``x-kubernetes-list-type: atomic``, the
   default), a ``+structType=atomic`` struct (``LabelSelector``, ``LocalObjectReference``, ``OwnerReference``),
-  ``x-kubernetes-map-type: atomic`` — owned as a whole;
+  ``x-kubernetes-map-type: atomic`` (a Service's ``selector``, a Pod's ``nodeSelector``) — owned as a whole;
 * ``set``: a list of scalars whose items are owned on their own (``x-kubernetes-list-type: set``);
 * ``assoc``: a list of objects keyed by some of their fields (``x-kubernetes-list-type: map`` with
   ``x-kubernetes-list-map-keys``, or a built-in kind's patch merge key: containers by ``name``, container ports by
@@ -135,6 +135,9 @@ _ATOMIC_STRUCTS: Final = frozenset({
     "SecretKeySelector", "NodeSelector", "NodeSelectorTerm", "TopologySelectorTerm", "ScopeSelector",
     "EndpointAddress", "EndpointPort", "ServiceBackendPort", "Subject", "RoleRef",
 })
+#: ``+mapType=atomic`` maps: owned as a whole.
+_ATOMIC_MAPS: Final = frozenset({("PodSpec", "nodeSelector"), ("ServiceSpec", "selector"),
+                                 ("ReplicationControllerSpec", "selector")})
 #: Key fields with a schema default (``+default="TCP"``), used when an item omits them.
 _KEY_DEFAULTS: Final = {"protocol": "TCP"}
 #: Struct fields Go holds by value (not pointers): present, possibly empty, in every object of their type.
@@ -166,6 +169,8 @@ def _model_type(type_name: str, owner: str, name: str, building: frozenset[str])
         return _list_node(owner, name, _model_type(match.group(1), owner, "", building))
     match = _DICT_TYPE.fullmatch(type_name)
     if match is not None:
+        if (owner, name) in _ATOMIC_MAPS:
+            return LEAF
         return Node("map", elem=_model_type(match.group(1) or match.group(2), owner, "", building))
     if type_name in _SCALARS:
         return LEAF
