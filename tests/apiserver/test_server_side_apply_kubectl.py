@@ -93,3 +93,25 @@ def test_conflicts_force_and_diff(kc: Kubectl) -> None:
         assert "operation: Apply" in shown and "manager: kubectl" in shown, shown
     finally:
         kc.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_client_side_apply_moves_to_server_side(kc: Kubectl) -> None:
+    """An object kubectl applied client-side takes ``kubectl apply --server-side`` with a changed value without a
+    conflict (kube's last-applied manager), and its last-applied annotation follows; a field someone else changed
+    since still conflicts."""
+    ns = unique("csa")
+    kc.run("create", "namespace", ns)
+    try:
+        kc.run("apply", "-f", "-", input=_configmap("moving", ns, "one"))
+        out = kc.run("apply", "--server-side", "-f", "-", input=_configmap("moving", ns, "two")).stdout
+        assert "serverside-applied" in out, out
+        got = json.loads(kc.run("get", "configmap", "moving", "-n", ns, "-o", "json").stdout)
+        assert got["data"] == {"key": "two"}
+        last = json.loads(got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
+        assert last["data"] == {"key": "two"}
+        kc.run("apply", "-f", "-", input=_configmap("edited", ns, "one"))
+        kc.run("patch", "configmap", "edited", "-n", ns, "--type=merge", "-p", '{"data":{"key":"by-hand"}}')
+        err = kc.fail("apply", "--server-side", "-f", "-", input=_configmap("edited", ns, "two"))
+        assert 'conflict with "kubectl-patch" using v1: .data.key' in err, err
+    finally:
+        kc.run("delete", "namespace", ns, "--wait=false")

@@ -20,6 +20,11 @@ live object (an empty one when the object does not exist: apply creates):
 
 An object that has no ``managedFields`` yet gets a ``before-first-apply`` ``Update`` entry owning every field
 first, as in kube, so that an apply does not silently take them over.
+
+As kube-apiserver does for ``kubectl`` (the manager ``kubectl apply --server-side`` uses) on an object last written
+by client-side apply: conflicts on fields whose live values are still those of the ``last-applied-configuration``
+annotation are no conflicts (the object moves to server-side apply without ``--force-conflicts``), and the
+annotation is rewritten to the applied configuration.
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ from .managedfields import Managers, strip, strip_paths, writable_paths
 from .objects import ResourceType
 from .typed import MISSING, TypedError, compare, describe_path, merge, node_of, remove_paths, to_field_set
 
-__all__ = ["APPLY_PATCH", "ApplyRequest", "apply_options_error", "conflict_error", "parse_apply_body"]
+__all__ = ["APPLY_PATCH", "LAST_APPLIED", "ApplyRequest", "apply_options_error", "conflict_error", "parse_apply_body"]
 
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 _Path = tuple[str, ...]
 _Id = tuple[str, str, str, str]
 _BEFORE_FIRST_APPLY: Final = "before-first-apply"
+_KUBECTL: Final = "kubectl"
+#: Client-side apply's annotation (kubectl's last applied configuration).
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+_LAST_APPLIED_PATH: Final = ("f:metadata", "f:annotations", "f:" + LAST_APPLIED)
 
 
 class _Loader(yaml.SafeLoader):  # type: ignore[misc]
@@ -135,6 +144,31 @@ def _typed_error(rt: ResourceType, config: Mapping[str, Any], exc: TypedError) -
     name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)  # type: ignore[union-attr]
     return errors.bad_request(f"failed to create typed patch object ({rt.api_version}, Kind={rt.kind}) {name}: "
                               f"{exc}")
+
+
+def _copy_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _unchanged_since_client_side_apply(rt: ResourceType, live: Mapping[str, Any]) -> set[_Path]:
+    """kube's last-applied manager: the fields of client-side apply's ``last-applied-configuration`` whose live
+    values are still the applied ones — ``kubectl apply --server-side`` may take them from
+    ``kubectl-client-side-apply`` (or any manager) without a conflict, so that switching an object from client-side
+    to server-side apply just works.  Empty without a readable annotation."""
+    text = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+    try:
+        applied = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return set()
+    if not isinstance(applied, dict):
+        return set()
+    node = node_of(rt)
+    try:
+        paths = to_field_set(node, applied)
+    except TypedError:
+        return set()
+    differ = compare(node, strip(rt, applied), strip(rt, live)).modified
+    return paths - differ
 
 
 def _restrict(decoded: Any, raw: Any) -> Any:
@@ -235,6 +269,26 @@ class ApplyRequest:
             raise _typed_error(self.rt, self.config, exc) from None
         return remove_paths(node, merged, (present & last) - owned)  # type: ignore[no-any-return]
 
+    def _syncs_last_applied(self, live: Mapping[str, Any] | None) -> bool:
+        return (self.manager == _KUBECTL and live is not None
+                and bool(((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)))
+
+    def sync_last_applied(self, live: Mapping[str, Any], new: dict[str, Any]) -> None:
+        """kube's last-applied updater: an apply by ``kubectl`` to an object that carries client-side apply's
+        ``last-applied-configuration`` annotation rewrites it to the applied configuration (so that a later
+        client-side apply diffs against what was applied), in ``new`` (the merged object)."""
+        if not self._syncs_last_applied(live):
+            return
+        config = _copy_json(self.config)
+        meta = config.setdefault("metadata", {})
+        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
+        if annotations:
+            meta["annotations"] = annotations
+        else:
+            meta.pop("annotations", None)
+        new.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = (
+            json.dumps(config, sort_keys=True, separators=(",", ":")) + "\n")
+
     def _managers(self, live: Mapping[str, Any]) -> Managers:
         entries = (live.get("metadata") or {}).get("managedFields")
         managers = Managers(entries)
@@ -253,10 +307,15 @@ class ApplyRequest:
         another manager owns, unless ``force``."""
         node = node_of(self.rt)
         comparison = compare(node, MISSING if live is None else strip(self.rt, live), strip(self.rt, new))
+        if self._syncs_last_applied(live):  # the server's own change, owned by whoever owned it
+            comparison.modified.discard(_LAST_APPLIED_PATH)
         managers = self._managers(live) if live is not None else Managers(None)
         changed = comparison.changed
         conflicts = [(key, path) for key, paths in managers.sets.items() if key != self.identity
                      for path in paths & changed]
+        if conflicts and not self.force and live is not None and self.manager == _KUBECTL:
+            allowed = _unchanged_since_client_side_apply(self.rt, live)
+            conflicts = [(key, path) for key, path in conflicts if path not in allowed]
         if conflicts and not self.force:
             raise conflict_error(conflicts)
         managers.take(self.identity, comparison, changed)

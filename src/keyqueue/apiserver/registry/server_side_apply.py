@@ -38,7 +38,9 @@ class ServerSideApply(RegistryBase):
         quiet.field_validation = "Ignore"
 
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
-            new = self.decode_body(rt, request.merged(current), quiet)
+            merged = request.merged(current)
+            request.sync_last_applied(current, merged)
+            new = self.decode_body(rt, merged, quiet)
             return self._update_checks(rt, namespace, request.name, new, current, opts, request.subresource,
                                        apply=request)
 
