@@ -207,6 +207,11 @@ def test_apply_creates_conflicts_and_force(server: TestAPIServer, ns: str) -> No
     assert code == 409
     assert status["message"] == ('Apply failed with 1 conflict: conflict with "scaler" using apps/v1: '
                                  ".spec.replicas")
+    # forced, the applier takes it from the updater, whose entry (left empty) goes
+    code, obj = call(server, "PATCH", base + "/web?fieldManager=other&force=true", deployment("web", 5, "nginx:2"))
+    assert code == 200 and obj["spec"]["replicas"] == 5
+    assert ("scaler", "Update", "") not in fields(obj)
+    assert fields(obj)[("other", "Apply", "")]["f:spec"]["f:replicas"] == {}
 
 
 def test_list_items_merge_by_key_and_prune(memory_server: TestAPIServer, mns: str) -> None:
