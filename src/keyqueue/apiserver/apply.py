@@ -8,8 +8,9 @@ live object (an empty one when the object does not exist: apply creates):
 1. **merge** (:func:`~.typed.merge`): the configuration's fields are set; maps and structs merge field by field,
    sets and associative lists (``x-kubernetes-list-type``, a built-in kind's list map keys) item by item, anything
    atomic is replaced;
-2. **prune**: fields and list items the manager applied last time, omits now and nobody else owns (no other
-   manager's entry, of either operation) are removed;
+2. **prune**: the merged object's fields and list items (a map only when it is empty) that the manager applied
+   last time, omits now and nobody owns (no manager's entry, of either operation, and not the new configuration)
+   are removed;
 3. **conflicts**: every field the write changes (added or modified, compared after the registry strategy ran) that
    another manager owns is a conflict — a 409 naming each (kube's ``FieldManagerConflict`` causes) unless
    ``force=true``, which moves those fields to the applier.  Fields set to the value they already have are no
