@@ -210,11 +210,12 @@ def test_three_patch_types(api: Any, ns: str) -> None:
 
 def test_patch_errors(api: Any, ns: str) -> None:
     created = api.create_namespaced_config_map(ns, _cm("pe", {"a": "1"}))
-    with pytest.raises(ApiException) as info:  # server-side apply is not implemented
+    with pytest.raises(ApiException) as info:  # an apply configuration names its apiVersion and kind
         api.patch_namespaced_config_map("pe", ns, {"data": {"a": "2"}}, field_manager="t",
                                         _content_type="application/apply-patch+yaml")
-    assert info.value.status == 415
-    assert _status(info.value)["reason"] == "UnsupportedMediaType"
+    assert info.value.status == 400
+    assert _status(info.value)["message"] == ("Incorrect version specified in apply patch. Specified patch version: "
+                                              ", expected: v1")
     with pytest.raises(ApiException) as info:  # failed JSON patch test op
         api.patch_namespaced_config_map("pe", ns, [{"op": "test", "path": "/data/a", "value": "2"}])
     assert info.value.status == 422

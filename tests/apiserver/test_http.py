@@ -144,7 +144,10 @@ def test_wrong_types_and_malformed_bodies(conn: Conn, hns: str) -> None:
     status, out, _ = conn.request("POST", base, "a: b", {"Content-Type": "text/plain"})
     assert status == 415 and out["reason"] == "UnsupportedMediaType"
     status, out, _ = conn.request("PATCH", base + "/t", "x", {"Content-Type": "application/apply-patch+yaml"})
-    assert status == 415
+    assert status == 422 and "fieldManager: Required value" in out["message"]
+    status, out, _ = conn.request("PATCH", base + "/t?fieldManager=m", "x",
+                                  {"Content-Type": "application/apply-patch+yaml"})
+    assert status == 400 and out["message"].startswith("error decoding YAML")
 
 
 def test_table_output(conn: Conn, hns: str) -> None:

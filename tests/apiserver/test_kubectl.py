@@ -162,11 +162,11 @@ def test_invalid_and_missing_namespace(kubectl: Kubectl, kns: str) -> None:
     assert f'namespaces "{missing}" not found' in err
 
 
-def test_server_side_apply_is_reported_unavailable(kubectl: Kubectl, kns: str, tmp_path: Path) -> None:
+def test_server_side_apply(kubectl: Kubectl, kns: str, tmp_path: Path) -> None:
     manifest = tmp_path / "ssa.json"
     manifest.write_text(_manifest("ssa", {"a": "1"}))
-    err = kubectl.fail("apply", "--server-side", "-n", kns, "-f", str(manifest))
-    assert "Server-side apply not available" in err
+    out = kubectl.run("apply", "--server-side", "-n", kns, "-f", str(manifest)).stdout
+    assert "configmap/ssa serverside-applied" in out, out
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:

@@ -13,9 +13,9 @@ etcd exactly the way kube-apiserver lays them out (keys
 ``resourceVersion + 1``, 410 Expired after compaction).  An in-memory backend
 with the same behaviour is there for fast tests.
 
-Not supported: other built-in resources, server-side apply (answered with 415), conversion webhooks (a CRD asking
-for one is refused with 422), admission beyond "the namespace must exist", authorization (RBAC); managedFields are
-written for non-apply writes only.
+Not supported: other built-in resources, conversion webhooks (a CRD asking for one is refused with 422), admission
+beyond "the namespace must exist", authorization (RBAC).  Server-side apply and managedFields follow kube's field
+manager (:mod:`.apply`, :mod:`.managedfields`).
 
 Typical use::
 

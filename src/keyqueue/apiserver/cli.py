@@ -40,8 +40,8 @@ DESCRIPTION = (
     f"A Kubernetes-API-compatible test server for a subset of resources ({SERVED}), not kube-apiserver. It stores "
     "objects in a real etcd started for this run (on free loopback ports, temp data dir) the way kube-apiserver "
     "does, writes a kubeconfig (to --kubeconfig, or a temporary file it names and deletes at the stop), prints "
-    "where it listens and serves until SIGINT or SIGTERM, then stops the server and etcd. Server-side apply is "
-    "answered with 415 Unsupported Media Type: use client-side 'kubectl apply'."
+    "where it listens and serves until SIGINT or SIGTERM, then stops the server and etcd. 'kubectl apply' works "
+    "client-side and server-side (--server-side)."
 )
 
 

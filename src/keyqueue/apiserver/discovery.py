@@ -426,7 +426,7 @@ def _paths_for(rt: ResourceType) -> dict[str, Any]:
                        item, codes=("200", "201"))
     # kubectl's client-side apply sends a strategic merge patch only where the PATCH operation accepts one; a
     # custom resource does not (as in kube), so kubectl sends it a JSON merge patch.
-    patch_types = ["application/json-patch+json", "application/merge-patch+json"]
+    patch_types = ["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"]
     if rt.custom is None:
         patch_types.append("application/strategic-merge-patch+json")
     patch["requestBody"] = {

@@ -1,21 +1,22 @@
-"""``metadata.managedFields`` for create, update and patch, as kube-apiserver's field manager writes them for
-non-apply operations.
+"""``metadata.managedFields``: who owns which field of an object, as kube-apiserver's field manager records it
+(structured-merge-diff semantics; the field-set operations are in :mod:`.typed`, server-side apply in
+:mod:`.apply`).
 
 Every write is made by a *manager*: the request's ``fieldManager``, else the User-Agent up to its first ``/``
-(``kubectl/v1.37.0 ...`` → ``kubectl``), as kube derives it.  The write compares the object before and after it:
-the fields it added or changed move to the writer's entry (and leave every other manager's), fields it removed
-leave every entry, and an entry left with no field is dropped.  Each entry is kube's ``ManagedFieldsEntry``:
-``manager``, ``operation: Update`` (a create is an ``Update`` too, as in kube), ``apiVersion`` of the request,
-``time`` (of the entry's last change), ``fieldsType: FieldsV1`` and ``fieldsV1`` in kube's format: ``f:<field>``
-for struct and map fields, ``v:<json>`` for the items of ``metadata.finalizers`` (a set), ``k:{"uid":...}`` for
-``metadata.ownerReferences`` (a map keyed by uid), other lists atomic, ``".": {}`` marking a map or list that is
-itself owned.  ``apiVersion``, ``kind`` and the server-set metadata (name, namespace, uid, resourceVersion,
-generation, creationTimestamp, selfLink, managedFields) are never owned, nor a Namespace's ``status``.
+(``kubectl/v1.37.0 ...`` → ``kubectl``), as kube derives it.  Each entry is kube's ``ManagedFieldsEntry``:
+``manager``, ``operation`` (``Apply`` for server-side apply, ``Update`` for everything else — a create too),
+``apiVersion`` of the request, ``time`` (of the entry's last change), ``fieldsType: FieldsV1``, ``fieldsV1`` (the
+field set in kube's format, see :mod:`.typed`; ``".": {}`` marks a map, list or list item that is itself owned)
+and ``subresource`` (``status`` for a write through ``/status``).  An entry is identified by its manager,
+operation, subresource and — for ``Update`` only — apiVersion.  ``apiVersion``, ``kind`` and the server-set
+metadata (name, namespace, uid, resourceVersion, generation, creationTimestamp, selfLink, managedFields) are never
+owned, nor a Namespace's ``status``.
 
-A write that changes nothing keeps managedFields as they are (no new time).  What a client sends in
-``managedFields`` is ignored.  Not done: server-side apply (``operation: Apply``; PATCH
-``application/apply-patch+yaml`` stays 415) and conversion of field sets between API versions (an entry keeps
-the field names of the version it was written through).
+An ``Update`` (structured-merge-diff's ``Updater.Update``) compares the object before and after the write: the
+fields it added or changed move to the writer's entry (and leave every other manager's), fields it removed leave
+every entry, and an entry left with no field is dropped.  A write that changes nothing keeps managedFields as they
+are (no new time).  What a client sends in ``managedFields`` is ignored.  Not done: conversion of field sets
+between API versions (an entry keeps the field names of the version it was written through).
 """
 
 from __future__ import annotations
@@ -25,27 +26,18 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .errors import invalid
-from .objects import CONFIGMAPS, NAMESPACES, ResourceType, schema_of
+from .objects import NAMESPACES, ResourceType
+from .typed import MISSING, Comparison, Node, compare, node_of
 
-__all__ = ["MAX_MANAGER_LENGTH", "managed_fields", "manager_from"]
+__all__ = ["MAX_MANAGER_LENGTH", "Managers", "encode_fields", "managed_fields", "manager_from", "parse_fields",
+           "strip", "strip_paths", "writable_paths"]
 
 #: kube's ``FieldManagerMaxLength``.
 MAX_MANAGER_LENGTH: Final = 128
 _STRIPPED_META: Final = frozenset({"name", "namespace", "creationTimestamp", "selfLink", "uid", "generation",
                                    "managedFields", "resourceVersion"})
 _Path = tuple[str, ...]
-
-
-class _Member:
-    """The value of a map or list that is owned as a whole (``".": {}``); all members compare equal."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MEMBER"
-
-
-_MEMBER: Final = _Member()
+_Id = tuple[str, str, str, str]  # manager, operation, apiVersion ("" for Apply), subresource
 
 
 def manager_from(field_manager: str, user_agent: str) -> str:
@@ -66,90 +58,50 @@ def manager_from(field_manager: str, user_agent: str) -> str:
     return user_agent.split("/", 1)[0].strip()[:MAX_MANAGER_LENGTH]
 
 
-def _flatten(rt: ResourceType, obj: Mapping[str, Any]) -> dict[_Path, Any]:
-    """Every ownable path of ``obj`` with its value (``_MEMBER`` for a map or list owned as a whole)."""
-    out: dict[_Path, Any] = {}
-    spec = schema_of(rt) if rt.custom is None else _custom_spec(rt.custom.schema)
-    for key, value in obj.items():
-        if key in ("apiVersion", "kind") or (key == "status" and rt is NAMESPACES):
-            continue
-        if key == "metadata" and isinstance(value, Mapping):
-            meta = {k: v for k, v in value.items() if k not in _STRIPPED_META}
-            _walk(spec.get("metadata"), meta, ("f:metadata",), ("metadata",), out)
-            continue
-        _walk(spec.get(key, "any"), value, ("f:" + key,), (key,), out)
+def strip(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` without what nobody owns: ``apiVersion``, ``kind``, the server-set metadata, a Namespace's
+    status (kube's managed-fields stripper)."""
+    out = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    if rt is NAMESPACES:
+        out.pop("status", None)
+    meta = out.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: v for k, v in meta.items() if k not in _STRIPPED_META}
     return out
 
 
-def _custom_spec(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A custom resource's field spec for :func:`_walk`, from its CRD's structural schema: an object with
-    ``properties`` is a struct (each field owned on its own), one with ``additionalProperties`` a map, anything
-    else (lists included: atomic unless a list type says otherwise, which is not followed here) a value owned
-    whole; ``metadata`` is ObjectMeta as for every type."""
+def strip_paths(rt: ResourceType, paths: set[_Path]) -> set[_Path]:
+    """``paths`` without what nobody owns (see :func:`strip`), for a field set made from a whole object."""
+    def owned(path: _Path) -> bool:
+        if path[0] in ("f:apiVersion", "f:kind") or (rt is NAMESPACES and path[0] == "f:status"):
+            return False
+        return not (path[0] == "f:metadata" and len(path) > 1 and path[1][2:] in _STRIPPED_META)
 
-    def convert(node: Any) -> Any:
-        if not isinstance(node, Mapping):
-            return "any"
-        if isinstance(node.get("properties"), Mapping):
-            return {str(k): convert(v) for k, v in node["properties"].items()}
-        if isinstance(node.get("additionalProperties"), Mapping):
-            return ("map", convert(node["additionalProperties"]))
-        return "any"
-
-    top = convert(schema)
-    spec: dict[str, Any] = top if isinstance(top, dict) else {}
-    return {**spec, "metadata": schema_of(CONFIGMAPS)["metadata"]}
+    return {p for p in paths if p and owned(p)}
 
 
-def _walk(spec: Any, value: Any, path: _Path, where: tuple[str, ...], out: dict[_Path, Any]) -> None:
-    if isinstance(spec, tuple) and spec[0] == "ptr":
-        spec = spec[1]
-    if isinstance(spec, dict) and isinstance(value, dict):
-        if where != ("metadata",) and not value:
-            out[path] = json.dumps(value)
-        for key, item in value.items():
-            _walk(spec.get(key, "any"), item, (*path, "f:" + str(key)), (*where, str(key)), out)
-        return
-    if isinstance(spec, tuple) and spec[0] == "map" and isinstance(value, dict):
-        out[path] = _MEMBER
-        for key, item in value.items():
-            _walk(spec[1], item, (*path, "f:" + str(key)), (*where, str(key)), out)
-        return
-    if isinstance(value, list) and where == ("metadata", "finalizers"):
-        out[path] = _MEMBER
-        for item in value:
-            out[(*path, "v:" + json.dumps(item))] = True
-        return
-    if isinstance(value, list) and where == ("metadata", "ownerReferences"):
-        out[path] = _MEMBER
-        for item in value:
-            if not isinstance(item, Mapping):
-                continue
-            item_path = (*path, "k:" + json.dumps({"uid": item.get("uid", "")}, separators=(",", ":")))
-            out[item_path] = _MEMBER
-            for key, field_value in item.items():
-                out[(*item_path, "f:" + str(key))] = field_value
-        return
-    # a scalar compares as itself; an atomic list or unknown value by its JSON
-    out[path] = value if isinstance(value, (str, int, float)) else json.dumps(value, sort_keys=True)
-
-
-def _serialize(paths: set[_Path], flat: Mapping[_Path, Any]) -> dict[str, Any]:
+def encode_fields(paths: set[_Path]) -> dict[str, Any]:
+    """A field set as ``fieldsV1``: nested ``f:``/``k:``/``v:`` keys, ``".": {}`` where a path with children is
+    itself a member; keys sorted as kube sorts them (``.`` first)."""
     root: dict[str, Any] = {}
-    for path in sorted(paths):
+    members: set[int] = set()
+    for path in paths:
         node = root
         for part in path:
             node = node.setdefault(part, {})
-        if flat.get(path) is _MEMBER:
-            node["."] = {}
-    return _sorted(root)
+        members.add(id(node))
+
+    def finish(node: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {".": {}} if node and id(node) in members else {}
+        for key in sorted(node):
+            out[key] = finish(node[key])
+        return out
+
+    return finish(root)
 
 
-def _sorted(node: dict[str, Any]) -> dict[str, Any]:
-    return {k: _sorted(node[k]) for k in sorted(node, key=lambda k: (k != ".", k))}
-
-
-def _parse(fields: Any, prefix: _Path = ()) -> set[_Path]:
+def parse_fields(fields: Any, prefix: _Path = ()) -> set[_Path]:
+    """The field set of a ``fieldsV1`` value (see :func:`encode_fields`); anything not a map is empty."""
     out: set[_Path] = set()
     if not isinstance(fields, Mapping):
         return out
@@ -157,52 +109,108 @@ def _parse(fields: Any, prefix: _Path = ()) -> set[_Path]:
         if key == ".":
             out.add(prefix)
         elif isinstance(child, Mapping) and child:
-            out |= _parse(child, (*prefix, str(key)))
+            out |= parse_fields(child, (*prefix, str(key)))
         else:
             out.add((*prefix, str(key)))
     return out
 
 
-def _entry_id(entry: Mapping[str, Any]) -> tuple[str, str, str]:
-    return str(entry.get("manager", "")), str(entry.get("operation", "")), str(entry.get("apiVersion", ""))
+class Managers:
+    """The entries of an object's ``managedFields``, with their field sets, by identity."""
+
+    def __init__(self, entries: Any) -> None:
+        self.entries: dict[_Id, dict[str, Any]] = {}
+        self.sets: dict[_Id, set[_Path]] = {}
+        self.changed: set[_Id] = set()  # entries whose fieldsV1 must be encoded again
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, Mapping):
+                key = self.identity(entry)
+                self.entries[key] = dict(entry)
+                self.sets[key] = parse_fields(entry.get("fieldsV1"))
+
+    @staticmethod
+    def identity(entry: Mapping[str, Any]) -> _Id:
+        operation = str(entry.get("operation", ""))
+        return (str(entry.get("manager", "")), operation,
+                "" if operation == "Apply" else str(entry.get("apiVersion", "")), str(entry.get("subresource", "")))
+
+    def take(self, writer: _Id, comparison: Comparison, taken: set[_Path]) -> None:
+        """Every manager but ``writer`` loses ``taken`` and the removed fields (structured-merge-diff's
+        ``update``, after any conflict was forgiven)."""
+        for key, paths in self.sets.items():
+            if key == writer:
+                continue
+            left = paths - taken - comparison.removed
+            if left != paths:
+                self.sets[key] = left
+                self.changed.add(key)
+
+    def put(self, key: _Id, paths: set[_Path], api_version: str, now: str | None) -> None:
+        """Set the field set of ``key`` (created if new); ``now``: a new ``time``."""
+        entry = self.entries.get(key)
+        if entry is None:
+            manager, operation, _version, subresource = key
+            entry = self.entries[key] = {"manager": manager, "operation": operation}
+            if subresource:
+                entry["subresource"] = subresource
+            now = now or ""
+        entry["apiVersion"] = api_version
+        if now:
+            entry["time"] = now
+        self.sets[key] = paths
+        self.changed.add(key)
+
+    def encode(self) -> list[dict[str, Any]]:
+        """The ``managedFields`` list: entries with no field dropped, in kube's order (Apply entries first, then
+        by time, manager, apiVersion, subresource)."""
+        out = []
+        for key, entry in self.entries.items():
+            paths = self.sets[key]
+            if not paths:
+                continue
+            if key in self.changed:
+                entry = {k: v for k, v in entry.items() if k not in ("fieldsType", "fieldsV1", "subresource")}
+                entry["fieldsType"] = "FieldsV1"
+                entry["fieldsV1"] = encode_fields(paths)
+                if key[3]:
+                    entry["subresource"] = key[3]
+            out.append(entry)
+        out.sort(key=lambda e: (str(e.get("operation", "")), str(e.get("time", "")), str(e.get("manager", "")),
+                                str(e.get("apiVersion", "")), str(e.get("subresource", ""))))
+        return out
+
+
+def writable_paths(rt: ResourceType, paths: set[_Path], subresource: str) -> set[_Path]:
+    """The part of a field set a write through ``subresource`` can set (kube's reset fields): ``/status`` only
+    ``status``; the main endpoint all but ``status`` when that is a subresource."""
+    has_status = rt.status if rt.custom is None else rt.custom.status
+    if subresource == "status":
+        return {p for p in paths if p[:1] == ("f:status",)}
+    if has_status:
+        return {p for p in paths if p[:1] != ("f:status",)}
+    return paths
 
 
 def managed_fields(rt: ResourceType, old: Mapping[str, Any] | None, new: Mapping[str, Any], manager: str,
-                   now: str) -> list[dict[str, Any]]:
-    """The ``managedFields`` of ``new`` after ``manager`` wrote it over ``old`` (``None`` for a create) at
-    ``now`` (RFC 3339).  ``manager`` ``""`` (a write by the server itself) takes fields away from others but
-    gets no entry."""
-    old_entries = [e for e in ((old or {}).get("metadata") or {}).get("managedFields") or ()
-                   if isinstance(e, Mapping)]
-    old_flat = _flatten(rt, old) if old is not None else {}
-    new_flat = _flatten(rt, new)
-    if old is not None and old_flat == new_flat:
-        return [dict(e) for e in old_entries]
-    changed = {p for p, v in new_flat.items() if p not in old_flat or old_flat[p] != v}
-    removed = set(old_flat) - set(new_flat)
-    mine_id = (manager, "Update", rt.api_version)
-    mine: set[_Path] = set()
-    mine_entry: Mapping[str, Any] | None = None
-    taken = changed | removed
-    entries: list[dict[str, Any]] = []
-    for entry in old_entries:
-        paths = _parse(entry.get("fieldsV1"))
-        if manager and _entry_id(entry) == mine_id:
-            mine, mine_entry = paths, entry
-            continue
-        if paths.isdisjoint(taken):
-            entries.append(dict(entry))  # untouched: kept as it is (no re-encoding)
-            continue
-        paths -= taken
-        if paths:
-            entries.append({**entry, "fieldsV1": _serialize(paths, new_flat)})
+                   now: str, subresource: str = "") -> list[dict[str, Any]]:
+    """The ``managedFields`` of ``new`` after ``manager`` wrote it (an ``Update``) over ``old`` (``None`` for a
+    create) at ``now`` (RFC 3339), through ``subresource`` (``""`` or ``status``).  ``manager`` ``""`` (a write by
+    the server itself) takes fields away from others but gets no entry."""
+    old_entries = ((old or {}).get("metadata") or {}).get("managedFields") or []
+    node: Node = node_of(rt)
+    comparison = compare(node, strip(rt, old) if old is not None else MISSING, strip(rt, new))
+    if old is not None and comparison.empty():
+        return [dict(e) for e in old_entries if isinstance(e, Mapping)]
+    managers = Managers(old_entries)
+    mine: _Id = (manager, "Update", rt.api_version, subresource)
+    managers.take(mine, comparison, comparison.changed)
     if manager:
-        paths = (mine | changed) - removed
-        if paths:
-            fields = (mine_entry["fieldsV1"] if mine_entry is not None and paths == mine
-                      else _serialize(paths, new_flat))
-            entries.append({"manager": manager, "operation": "Update", "apiVersion": rt.api_version, "time": now,
-                            "fieldsType": "FieldsV1", "fieldsV1": fields})
-    # kube's order: Apply entries first, then by time, then by manager
-    entries.sort(key=lambda e: (e.get("operation") != "Apply", str(e.get("time", "")), str(e.get("manager", ""))))
-    return entries
+        changed = comparison.changed
+        previous = managers.sets.get(mine, set())
+        paths = (previous - comparison.removed) | changed
+        if changed:
+            managers.put(mine, paths, rt.api_version, now)
+        elif paths != previous:
+            managers.sets[mine] = paths
+            managers.changed.add(mine)
+    return managers.encode()

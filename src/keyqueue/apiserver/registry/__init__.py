@@ -30,7 +30,7 @@ A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orph
 :mod:`.propagation`); the collector thread of :mod:`.gc` acts on them and on ``ownerReferences``.
 
 Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
+namespace-exists check, no watch
 cache for lists and gets (they read the backend; its watches are shared instead: the registry asks the backend to
 serve all of them, the garbage collector's included, from one stream, :meth:`~.storage.Backend.share_watches`), and
 a namespace's deletion is done within the DELETE call (no namespace controller):
@@ -49,6 +49,7 @@ The package, each module importing only those listed before it:
 * :mod:`.listwatch`: lists (resourceVersion rules, pages, continue tokens) and opening watches;
 * :mod:`.namespace_lifecycle`: creates refused in a terminating namespace, a namespace's deletion and finalizers;
 * :mod:`.crd_lifecycle`: a CRD's strategy, serving its versions, and its deletion with its objects;
+* :mod:`.server_side_apply`: server-side apply (an object, its ``status``, a workload's ``scale``) on the write path;
 * :mod:`.writes`: :class:`Registry`, assembled from the above, and the write path: create, update, patch and
   delete with their preconditions, finalizers and ``GuaranteedUpdate`` loop.
 """

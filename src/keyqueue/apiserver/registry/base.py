@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..apply import ApplyRequest
 from ..catalogue import Catalogue
 from ..objects import ResourceType, canonical, decode_typed, format_time, from_stored, stored_type, to_stored
 from ..storage import Backend, BackendUnavailableError, KeyValue, ValueTooLargeError
@@ -147,8 +148,16 @@ class RegistryBase(abc.ABC):
 
     # ------------------------------------------------------------------ the write path (implemented by Registry)
     @abc.abstractmethod
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
-        """Create an object (POST)."""
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions, *,
+               apply: ApplyRequest | None = None) -> dict[str, Any]:
+        """Create an object (POST; ``apply``: a server-side apply that creates it)."""
+
+    @abc.abstractmethod
+    def _update_checks(
+        self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
+        opts: WriteOptions, subresource: str = "", *, apply: ApplyRequest | None = None,
+    ) -> dict[str, Any]:
+        """The checks and strategy of an update of ``current`` into ``new``; returns ``new`` as it is stored."""
 
     @abc.abstractmethod
     def delete(

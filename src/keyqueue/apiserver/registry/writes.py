@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..apply import ApplyRequest
 from ..errors import APIError
 from ..managedfields import managed_fields
 from ..objects import (
@@ -33,6 +34,7 @@ from .crd_lifecycle import CrdLifecycle
 from .listwatch import ListWatch
 from .namespace_lifecycle import NamespaceLifecycle
 from .options import SYSTEM_NAMESPACES, Matcher, WriteOptions
+from .server_side_apply import ServerSideApply
 from .states import _clone, _dumps, _with_rv
 
 __all__ = ["Registry"]
@@ -48,7 +50,7 @@ def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
-class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
+class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
     """Objects of every stored :class:`~.objects.ResourceType` in a :class:`Backend`, the way kube-apiserver
     stores them.
 
@@ -103,9 +105,10 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                     else:
                         obj.pop(part, None)
 
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions, *,
+               apply: ApplyRequest | None = None) -> dict[str, Any]:
         """Create an object (POST).  ``body`` is the decoded JSON request body.  405 for a custom resource whose
-        CRD is being deleted."""
+        CRD is being deleted.  ``apply``: a server-side apply creating the object (its managedFields)."""
         if rt.custom is not None and rt.custom.terminating:
             raise errors.APIError(405, "MethodNotAllowed",
                                   "create not allowed while custom resource definition is terminating")
@@ -120,7 +123,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         self._prepare(rt, obj, None)
         self._prepare_extension(rt, obj, None)
         prepare_builtin(rt, obj, None)
-        managed = managed_fields(rt, None, obj, opts.field_manager, meta["creationTimestamp"])
+        managed = (apply.managed_fields(None, obj, meta["creationTimestamp"]) if apply is not None
+                   else managed_fields(rt, None, obj, opts.field_manager, meta["creationTimestamp"]))
         if managed:
             meta["managedFields"] = managed
         validate(rt, obj)
@@ -221,6 +225,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
         opts: WriteOptions,
         subresource: str = "",
+        *,
+        apply: ApplyRequest | None = None,
     ) -> dict[str, Any]:
         meta = new["metadata"]
         if not meta.get("name"):
@@ -236,8 +242,9 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         self._prepare(rt, new, current)
         self._prepare_extension(rt, new, current, subresource)
         prepare_builtin(rt, new, current, subresource)
-        new["metadata"]["managedFields"] = managed_fields(rt, current, new, opts.field_manager,
-                                                          format_time(self._clock()))
+        now = format_time(self._clock())
+        new["metadata"]["managedFields"] = (apply.managed_fields(current, new, now) if apply is not None else
+                                            managed_fields(rt, current, new, opts.field_manager, now, subresource))
         if not new["metadata"]["managedFields"]:
             del new["metadata"]["managedFields"]
         _validate_update(rt, new, current)
@@ -303,7 +310,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             new = _clone(current)
             new.setdefault("spec", {})["replicas"] = replicas
             new["metadata"].pop("resourceVersion", None)
-            return self._update_checks(rt, namespace, name, new, current, opts)
+            return self._update_checks(rt, namespace, name, new, current, opts, "scale")
 
         return scale_of(self._guaranteed_update(rt, namespace, name, mutate, opts))
 

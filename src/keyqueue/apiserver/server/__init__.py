@@ -13,13 +13,12 @@ Paths: ``/api/v1/...`` for the core group and ``/apis/{group}/{version}/...`` fo
 is set, each as ``[namespaces/{ns}/]{resource}[/{name}]`` and ``watch/...`` (namespaced types also list across
 namespaces at ``{resource}``).  A custom resource whose CRD version declares the ``status`` subresource also has
 ``{resource}/{name}/status`` (get, update, patch); ``scale`` is not served (404).  Custom resources accept JSON and
-merge patches only (a strategic merge patch is 415, as in kube).
+merge patches and server-side apply (a strategic merge patch is 415, as in kube).
 
-Server-side apply (``application/apply-patch+yaml``) is answered with 415
-Unsupported Media Type; kubectl then reports that server-side apply is not
-available.  Protobuf *request* bodies of ConfigMaps, Namespaces and the self reviews are accepted
-(``kubectl create configmap|namespace`` and ``kubectl auth`` send them); responses are always JSON,
-which every client accepts.
+Server-side apply (``PATCH`` with ``application/apply-patch+yaml``, :mod:`~keyqueue.apiserver.apply`) is served on
+every object, its ``/status`` and a workload's ``/scale``.  Protobuf *request* bodies of ConfigMaps, Namespaces
+and the self reviews are accepted (``kubectl create configmap|namespace`` and ``kubectl auth`` send them);
+responses are always JSON, which every client accepts.
 
 The package, each module importing only those listed before it.  :class:`APIServer` is assembled like the
 registry: a base class with the state, one subclass per kind of request, and the class that combines them:

@@ -12,6 +12,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from .. import errors
+from ..apply import APPLY_PATCH, ApplyRequest, apply_options_error, parse_apply_body
 from ..managedfields import manager_from
 from ..objects import REVIEWS, ResourceType, to_table
 from ..patch import JSON_PATCH, MERGE_PATCH, PATCH_TYPES
@@ -22,7 +23,7 @@ from .reviews import Reviews
 
 __all__ = ["CrudRoutes"]
 
-_APPLY_PATCH: Final = "application/apply-patch+yaml"
+_TRUE: Final = ("true", "1", "True")
 
 
 class CrudRoutes(Reviews):
@@ -129,10 +130,20 @@ class CrudRoutes(Reviews):
         if req.method == "PATCH":
             # Custom resources take no strategic merge patch (as in kube: their schema has no patch strategies).
             accepted = [JSON_PATCH, MERGE_PATCH] if rt.custom is not None else list(PATCH_TYPES)
-            if req.content_type not in accepted:  # server-side apply (_APPLY_PATCH) included
+            accepted.append(APPLY_PATCH)
+            if req.content_type not in accepted:
                 raise errors.unsupported_media_type(req.content_type, accepted)
-            patch = _loads(req.body, "error decoding patch")
+            apply = req.content_type == APPLY_PATCH
+            problem = apply_options_error(apply, req.arg("fieldManager"), req.arg("force"))
+            if problem is not None:
+                raise problem
             opts = self._options(req)
+            if apply:
+                request = ApplyRequest(rt, name, parse_apply_body(req.body), opts.field_manager,
+                                       req.arg("force") in _TRUE, subresource)
+                obj, created = await self._call(reg.apply, rt, namespace, request, opts)
+                return _json_response(201 if created else 200, obj, opts.warnings)
+            patch = _loads(req.body, "error decoding patch")
             obj = await self._call(reg.patch, rt, namespace, name, req.content_type, patch, opts, subresource)
             return _json_response(200, obj, opts.warnings)
         if req.method == "DELETE":
@@ -150,8 +161,16 @@ class CrudRoutes(Reviews):
             body = _loads(req.body, "error decoding body")
             return _json_response(200, await self._call(reg.update_scale, rt, namespace, name, body, opts),
                                   opts.warnings)
-        if req.content_type not in PATCH_TYPES:
-            raise errors.unsupported_media_type(req.content_type, list(PATCH_TYPES))
+        accepted = [*PATCH_TYPES, APPLY_PATCH]
+        if req.content_type not in accepted:
+            raise errors.unsupported_media_type(req.content_type, accepted)
+        problem = apply_options_error(req.content_type == APPLY_PATCH, req.arg("fieldManager"), req.arg("force"))
+        if problem is not None:
+            raise problem
+        if req.content_type == APPLY_PATCH:
+            return _json_response(200, await self._call(reg.apply_scale, rt, namespace, name,
+                                                        parse_apply_body(req.body), opts.field_manager,
+                                                        req.arg("force") in _TRUE, opts), opts.warnings)
         patch = _loads(req.body, "error decoding patch")
         return _json_response(200, await self._call(reg.update_scale, rt, namespace, name, patch, opts,
                                                     req.content_type), opts.warnings)
