@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..admission.policy import admit as admit_policies
 from ..errors import APIError
 from ..managedfields import managed_fields
 from ..objects import (
@@ -124,6 +125,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         if managed:
             meta["managedFields"] = managed
         validate(rt, obj)
+        admit_policies(self, rt, "CREATE", obj, None, namespace, opts.warnings, dry_run=opts.dry_run)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
@@ -241,6 +243,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         if not new["metadata"]["managedFields"]:
             del new["metadata"]["managedFields"]
         _validate_update(rt, new, current)
+        admit_policies(self, rt, "UPDATE", new, current, namespace, opts.warnings, subresource=subresource,
+                       dry_run=opts.dry_run)
         if current["metadata"].get("deletionTimestamp"):
             had = set(current["metadata"].get("finalizers") or ())
             added = [f for f in new["metadata"].get("finalizers") or () if f not in had]
