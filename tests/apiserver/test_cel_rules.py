@@ -303,3 +303,40 @@ def test_transition_rule_on_an_uncorrelatable_list_is_refused(memory_server: Tes
         ".rule",
         'Invalid value: "self == oldSelf": oldSelf cannot be used on the uncorrelatable portion of the schema within '
         "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[list]")]
+
+
+def test_runtime_cost_limit(memory_server: TestAPIServer) -> None:
+    """A rule within the static limit whose evaluation on a large value would cost more than kube's per-call limit
+    (1,000,000) is an error, not an evaluation."""
+    other = f"{unique('cost')}.example.com"
+    schema = {"type": "object", "properties": {"list": {"type": "array", "maxItems": 1_000_000,
+                                                        "items": {"type": "integer"}}},
+              "x-kubernetes-validations": [{"rule": "self.list.all(x, x >= 0)", "message": "non-negative"}]}
+    code, body = raw_request(memory_server, _CRDS, "POST", _crd(other, schema))
+    assert code == 201, body
+    code, body = _create(memory_server, other, {"list": [1] * 1000})
+    assert code == 201, body
+    code, body = _create(memory_server, other, {"list": [1] * 250_000})
+    assert code == 422, body
+    assert _causes(body) == [("FieldValueInvalid", "spec", "Invalid value: \"object\": 'operation cancelled: actual "
+                              "cost limit exceeded': no further validation rules will be run due to call cost exceeds "
+                              "limit for rule: non-negative")]
+    raw_request(memory_server, f"{_CRDS}/widgets.{other}", "DELETE")
+
+
+@pytest.mark.parametrize("validations", [
+    "not a list",
+    [{"rule": "(" * 600 + "true" + ")" * 600}],
+    [{"rule": "self.a.all(x, " * 200 + "true" + ")" * 200}],
+    [{"rule": "true", "messageExpression": "'unterminated"}],
+    [{"rule": "true", "fieldPath": "not.a.path"}],
+    [{"rule": "\n"}],
+])
+def test_bad_rules_are_4xx_never_500(memory_server: TestAPIServer, validations: Any) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "array", "maxItems": 2, "items": {"type": "integer"}}},
+              "x-kubernetes-validations": validations}
+    group = f"{unique('bad')}.example.com"
+    code, body = raw_request(memory_server, _CRDS, "POST", _crd(group, schema))
+    assert code == 422, body
+    code, _ = raw_request(memory_server, f"{_CRDS}/widgets.{group}")
+    assert code == 404

@@ -63,8 +63,7 @@ def _opt_none() -> Optional:
 
 
 def _opt_of_non_zero(value: Any) -> Optional:
-    zero = value is None or (not isinstance(value, celtypes.BoolType) and not value and value == type(value)())
-    return _NONE if zero or (isinstance(value, celtypes.BoolType) and not value) else Optional(value, True)
+    return _NONE if value is None or not value else Optional(value, True)  # CEL's zero values are Python-falsy
 
 
 def _opt_field(base: Any, name: Any) -> Any:

@@ -6,17 +6,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
-import celpy
 from celpy import celtypes as _celtypes
 from celpy.evaluation import CELEvalError
 
 from .checker import check
 from .library import FUNCTIONS, Optional
-from .syntax import CelSyntaxError, parse
+from .syntax import TOO_DEEP, CelSyntaxError, environment, lock, parse
 from .types import CelType, escape, value_type
 
 #: celpy's value classes, used dynamically: CEL values reach these functions untyped, and the union celpy
@@ -28,8 +26,6 @@ __all__ = ["PER_CALL_LIMIT", "CelEvalError", "Program", "to_cel", "to_json"]
 #: kube's runtime cost limit of one expression (``PerCallLimit``).
 PER_CALL_LIMIT: Final = 1_000_000
 
-_lock = threading.Lock()
-_env = celpy.Environment()
 
 
 class CelEvalError(Exception):
@@ -67,23 +63,26 @@ class Program:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         self.text = text
         _source, tree, node = parse(text)
-        checked = check(node, decls)
+        try:
+            checked = check(node, decls)
+        except RecursionError:
+            raise CelSyntaxError(TOO_DEEP) from None
         self.node = node
         self.type = checked.type
         #: the worst-case cost for values within the declared types' bounds
         self.cost = checked.cost
         #: the declared variables the expression refers to
         self.uses = checked.uses
-        with _lock:
-            self._runner = _env.program(tree, functions=FUNCTIONS)
+        with lock:
+            self._runner = environment().program(tree, functions=FUNCTIONS)
 
     def runtime_cost(self, values: Mapping[str, Any]) -> int:
         """The cost of this expression for these JSON ``values`` of its variables: the worst case for their
         actual sizes (kube counts the cost of the evaluation itself; see the docs)."""
-        decls = {name: value_type(v) for name, v in values.items()}
         try:
+            decls = {name: value_type(v) for name, v in values.items()}
             return check(self.node, decls).cost
-        except CelSyntaxError:
+        except (CelSyntaxError, RecursionError):
             return self.cost
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:

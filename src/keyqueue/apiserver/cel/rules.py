@@ -145,6 +145,9 @@ def _check_rules(schema: Mapping[str, Any], path: str, root: bool, card: int | N
     rules = schema.get("x-kubernetes-validations")
     if isinstance(rules, list) and rules:
         _check_node(schema, rules, path, root, card, forbid, walk)
+    elif rules is not None and not isinstance(rules, list):
+        walk.causes.append(("FieldValueInvalid", f"{path}.x-kubernetes-validations",
+                            "Invalid value: must be a list of validation rules"))
     for sub, sub_path, sub_card, sub_forbid in _children(schema, path, card, forbid):
         _check_rules(sub, sub_path, bool(sub.get("x-kubernetes-embedded-resource")), sub_card, sub_forbid, walk)
 

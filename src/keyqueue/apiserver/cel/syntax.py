@@ -10,6 +10,7 @@ evaluates (:mod:`.program`), so both see one expression.
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -18,7 +19,8 @@ import celpy
 import lark
 from celpy.celparser import CELParseError
 
-__all__ = ["OPT_FIELD", "OPT_INDEX", "CelSyntaxError", "Node", "parse", "rewrite"]
+__all__ = ["OPT_FIELD", "OPT_INDEX", "TOO_DEEP", "CelSyntaxError", "Node", "environment", "lock", "parse",
+           "rewrite"]
 
 OPT_FIELD: Final = "_kqOptField"
 OPT_INDEX: Final = "_kqOptIndex"
@@ -28,7 +30,9 @@ _TOKEN: Final = re.compile(
     r"""(?P<str>[rR]?[bB]?[rR]?(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))"""
     r"""|(?P<comment>//[^\n]*)|(?P<ident>[_a-zA-Z][_a-zA-Z0-9]*)|(?P<ws>\s+)|(?P<other>.)""")
 
-_lock = threading.Lock()
+TOO_DEEP: Final = "ERROR: <input>:1:1: expression recursion limit exceeded"
+#: Held while celpy's shared environment is used.
+lock = threading.Lock()
 _env: celpy.Environment | None = None
 
 
@@ -57,10 +61,15 @@ class Node:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _environment() -> celpy.Environment:
+def environment() -> celpy.Environment:
+    """The one celpy environment (its parser is shared; callers hold :data:`lock`).  celpy raises the
+    interpreter's recursion limit to 2500 when it is created (its evaluator recurses over the tree); a higher
+    limit set before is kept."""
     global _env
     if _env is None:
+        before = sys.getrecursionlimit()
         _env = celpy.Environment()
+        sys.setrecursionlimit(max(before, sys.getrecursionlimit()))
     return _env
 
 
@@ -119,16 +128,19 @@ def _opens(out: list[str]) -> bool:
 def parse(text: str) -> tuple[str, lark.Tree[Any], Node]:
     """``(rewritten text, celpy's tree, the syntax tree)``; raises :class:`CelSyntaxError`."""
     source = rewrite(text)
-    with _lock:  # one shared Lark parser
+    with lock:  # one shared Lark parser
         try:
-            tree = _environment().compile(source)
+            tree = environment().compile(source)
         except CELParseError as exc:
             line, column = exc.line or 1, exc.column or 1
             raise CelSyntaxError(f"ERROR: <input>:{line}:{column}: Syntax error: {_first_line(str(exc))}\n"
                                  + _pointer(text, line, column)) from None
         except RecursionError:
-            raise CelSyntaxError("ERROR: <input>:1:1: expression too deeply nested") from None
-    return source, tree, _convert(tree)
+            raise CelSyntaxError(TOO_DEEP) from None
+    try:
+        return source, tree, _convert(tree)
+    except RecursionError:
+        raise CelSyntaxError(TOO_DEEP) from None
 
 
 def _first_line(message: str) -> str:
