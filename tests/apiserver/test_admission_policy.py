@@ -258,3 +258,20 @@ def test_gateway_api_safe_upgrades_policy_with_kubectl(kubectl_path: str, tmp_pa
         assert "Installing experimental CRDs on top of standard channel CRDs is prohibited" in err, err
         assert kc.run("get", "validatingadmissionpolicies", "-o", "name").stdout.split() == [
             "validatingadmissionpolicy.admissionregistration.k8s.io/safe-upgrades.gateway.networking.k8s.io"]
+
+
+def test_delete_is_admitted_with_old_object(server: TestAPIServer, namespace: str, install: Any) -> None:
+    name = unique("p")
+    install(_policy(name, [{"expression": "object == null && !has(oldObject.metadata.labels.protected)",
+                            "message": "protected", "reason": "Forbidden"}],
+                    matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["DELETE"], "resources": ["configmaps"]}],
+                                      **_selects(namespace)}),
+            _binding(name, name, ["Deny"]))
+    assert _configmap(server, namespace, {}, "keep", labels={"protected": "yes"})[0] == 201
+    assert _configmap(server, namespace, {}, "drop")[0] == 201
+    code, body, _ = _request(server, f"/api/v1/namespaces/{namespace}/configmaps/keep", "DELETE")
+    assert code == 403, body
+    assert body["message"].endswith("denied request: protected")
+    assert _request(server, f"/api/v1/namespaces/{namespace}/configmaps/keep")[0] == 200
+    assert _request(server, f"/api/v1/namespaces/{namespace}/configmaps/drop", "DELETE")[0] == 200

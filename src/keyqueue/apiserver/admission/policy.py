@@ -63,6 +63,8 @@ class PolicyStore(Protocol):
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]: ...
 
+    def _backend_call(self, fn: Any, *args: Any) -> Any: ...
+
 
 def _decls() -> dict[str, CelType]:
     return dict.fromkeys(_VARIABLES, DYN)
@@ -269,7 +271,7 @@ def _params(store: PolicyStore, policy: Mapping[str, Any], binding: Mapping[str,
     else:
         selector = _selector(ref.get("selector"))
         prefix = f"{store.prefix}/{rt.storage_name}/" + (f"{namespace}/" if rt.namespaced and namespace else "")
-        kvs, _ = store.backend.range(prefix)
+        kvs, _ = store._backend_call(store.backend.range, prefix)
         for kv in kvs:
             item = store.decode(kv, rt=rt)
             labels = (item.get("metadata") or {}).get("labels") or {}
@@ -347,8 +349,8 @@ def _check(policy: Mapping[str, Any], binding: Mapping[str, Any], req: _Request,
 def admit(store: PolicyStore, rt: ResourceType, operation: str, obj: Mapping[str, Any] | None,
           old: Mapping[str, Any] | None, namespace: str | None, warnings: list[str], *, subresource: str = "",
           dry_run: bool = False) -> None:
-    """Validating admission by ValidatingAdmissionPolicies for a ``CREATE``/``UPDATE`` of ``obj`` (``old``: the
-    stored object) of type ``rt``.  A policy or binding being written is checked first (422).  Raises the first
+    """Validating admission by ValidatingAdmissionPolicies for a ``CREATE``/``UPDATE``/``DELETE`` of ``obj``
+    (``None`` for a delete; ``old``: the stored object) of type ``rt``.  A policy or binding being written is checked first (422).  Raises the first
     ``Deny`` denial as kube does (403/422/401/413 with ``ValidatingAdmissionPolicy '<p>' with binding '<b>' denied
     request: <message>``); ``Warn`` denials are appended to ``warnings``.  Blocks on backend reads only."""
     name = str(((obj or old or {}).get("metadata") or {}).get("name", ""))
@@ -356,7 +358,7 @@ def admit(store: PolicyStore, rt: ResourceType, operation: str, obj: Mapping[str
         causes = _policy_causes(rt, obj)
         if causes:
             raise errors.invalid(f"{rt.kind}.{rt.group}", rt.qualified_name, name, causes)
-    kvs, _ = store.backend.range(f"{store.prefix}/{_PREFIX}")
+    kvs, _ = store._backend_call(store.backend.range, f"{store.prefix}/{_PREFIX}")
     if not kvs:
         return
     policies: dict[str, dict[str, Any]] = {}

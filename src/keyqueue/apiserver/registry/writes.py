@@ -343,6 +343,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                         f"Precondition failed: {label} in precondition: {want}, "
                         f"{label} in object meta: {meta.get(field_name)}",
                     )
+            admit_policies(self, rt, "DELETE", None, current, namespace, opts.warnings, dry_run=opts.dry_run)
             if rt is NAMESPACES:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
