@@ -350,9 +350,10 @@ def admit(store: PolicyStore, rt: ResourceType, operation: str, obj: Mapping[str
           old: Mapping[str, Any] | None, namespace: str | None, warnings: list[str], *, subresource: str = "",
           dry_run: bool = False) -> None:
     """Validating admission by ValidatingAdmissionPolicies for a ``CREATE``/``UPDATE``/``DELETE`` of ``obj``
-    (``None`` for a delete; ``old``: the stored object) of type ``rt``.  A policy or binding being written is checked first (422).  Raises the first
-    ``Deny`` denial as kube does (403/422/401/413 with ``ValidatingAdmissionPolicy '<p>' with binding '<b>' denied
-    request: <message>``); ``Warn`` denials are appended to ``warnings``.  Blocks on backend reads only."""
+    (``None`` for a delete; ``old``: the stored object) of type ``rt``.  A policy or binding being written is
+    checked first (422).  Raises the first ``Deny`` denial as kube does (403/422/401/413 with
+    ``ValidatingAdmissionPolicy '<p>' with binding '<b>' denied request: <message>``); ``Warn`` denials are
+    appended to ``warnings``.  Blocks on backend reads only."""
     name = str(((obj or old or {}).get("metadata") or {}).get("name", ""))
     if rt in (VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS) and obj is not None:
         causes = _policy_causes(rt, obj)
