@@ -3,6 +3,7 @@ syntax, compile errors, and the cost estimate's shape (kube's bounds, multiplied
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -119,3 +120,27 @@ def test_cost_follows_the_schemas_bounds() -> None:
     assert nested > 5 * flat  # a comprehension inside a comprehension multiplies by the list's bound
     program = Program(rule, {"self": schema_type(unbounded) or DYN})
     assert program.runtime_cost({"self": ["a", "b"]}) < 100 < program.cost  # the actual sizes
+
+
+def test_one_program_evaluated_from_many_threads() -> None:
+    """A compiled program is shared by every request: concurrent evaluations see only their own variables."""
+    t = schema_type(_SCHEMA)
+    program = Program("self.items.map(x, x * 2).sum() == size(self.name) * 2 && self.name.startsWith('n')",
+                      {"self": t})
+    wrong: list[int] = []
+    start = threading.Barrier(8)
+
+    def work(k: int) -> None:
+        start.wait()
+        for i in range(40):
+            n = k * 1000 + i + 1
+            value = {"items": [n], "name": "n" * n}
+            if to_json(program.evaluate({"self": to_cel(value, t)})) is not True:
+                wrong.append(n)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert wrong == []
