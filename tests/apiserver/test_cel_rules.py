@@ -340,3 +340,18 @@ def test_bad_rules_are_4xx_never_500(memory_server: TestAPIServer, validations: 
     assert code == 422, body
     code, _ = raw_request(memory_server, f"{_CRDS}/widgets.{group}")
     assert code == 404
+
+
+def test_rule_at_the_root_names_no_field(memory_server: TestAPIServer) -> None:
+    """A rule on the resource's root sees ``metadata.name`` and is reported at kube's nil field path."""
+    group = f"{unique('root')}.example.com"
+    crd = _crd(group, {"type": "object", "properties": {"a": {"type": "integer"}}})
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = [
+        {"rule": "self.metadata.name.startsWith('ok-')", "message": "name must start with ok-"}]
+    code, body = raw_request(memory_server, _CRDS, "POST", crd)
+    assert code == 201, body
+    assert _create(memory_server, group, {"a": 1}, "ok-1")[0] == 201
+    code, body = _create(memory_server, group, {"a": 1}, "bad")
+    assert code == 422, body
+    assert _causes(body) == [("FieldValueInvalid", "<nil>", 'Invalid value: "object": name must start with ok-')]
+    raw_request(memory_server, f"{_CRDS}/widgets.{group}", "DELETE")
