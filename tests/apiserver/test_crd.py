@@ -676,7 +676,7 @@ def test_kubectl_apply_get_explain(kubectl_path: str, memory_server: TestAPIServ
         got = json.loads(kubectl.run("get", f"widgets.{group}", "k1", "-o", "json").stdout)
         assert got["spec"] == {"size": 4, "color": "red", "nested": {"mode": "auto"}}
         err = kubectl.fail("apply", "-f", "-", input=_CR_YAML.format(group=group, size=40))
-        assert f'Widget.{group} "k1" is invalid: spec.size: Invalid value: 40: spec.size in body should be less ' \
+        assert 'The Widget "k1" is invalid: spec.size: Invalid value: 40: spec.size in body should be less ' \
                "than or equal to 10" in err
         err = kubectl.fail("apply", "-f", "-", input=_CR_YAML.format(group=group, size=4).replace(
             "spec: {", "spec: {junk: 1, "))

@@ -115,7 +115,7 @@ def test_cert_manager_issuer_certificate_and_ready_column(kc: Kubectl, kns: str)
     assert "certificate.cert-manager.io/web created" in _apply(kc, cert)
     bad = {**cert, "metadata": {"name": "bad", "namespace": kns}, "spec": {"dnsNames": ["x"], "issuerRef": {}}}
     err = _apply(kc, bad, ok=False)
-    assert 'Certificate.cert-manager.io "bad" is invalid' in err and "spec.secretName: Required value" in err, err
+    assert 'The Certificate "bad" is invalid' in err and "spec.secretName: Required value" in err, err
 
     header, row = kc.run("get", "certificates", "-n", kns, "-o", "wide").stdout.splitlines()
     assert header.split() == ["NAME", "READY", "SECRET", "ISSUER", "STATUS", "EXPIRATION", "AGE"], header

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .cel.rules import SchemaRules, rule_causes
 from .custom import PRINTER_COLUMN_FORMATS, PRINTER_COLUMN_TYPES, CustomSchema, check_value
 from .objects import ResourceType, format_time
 from .patterns import PatternError, compile_pattern
@@ -224,7 +225,8 @@ def _version_causes(versions: list[Mapping[str, Any]]) -> list[_Cause]:
             causes.append(("FieldValueRequired", f"{path}.schema.openAPIV3Schema", "Required value: schemas are "
                            "required"))
         else:
-            causes.extend(_schema_causes(schema, f"{path}.schema.openAPIV3Schema", True))
+            problems = _schema_causes(schema, f"{path}.schema.openAPIV3Schema", True)
+            causes.extend(problems or rule_causes(schema, f"{path}.schema.openAPIV3Schema"))
         for j, col in enumerate(version.get("additionalPrinterColumns") or ()):
             causes.extend(_column_causes(col, f"{path}.additionalPrinterColumns[{j}]"))
     storage = [v.get("name", "") for v in versions if v.get("storage")]
@@ -309,6 +311,7 @@ def served_types(crd: Mapping[str, Any]) -> list[ResourceType]:
             categories=tuple(names.get("categories") or ()),
             crd_uid=crd["metadata"].get("uid", ""),
             terminating=bool(crd["metadata"].get("deletionTimestamp")),
+            rules=SchemaRules(version["schema"]["openAPIV3Schema"]),
         )
         out.append(ResourceType(
             names["plural"], names.get("singular") or str(names["kind"]).lower(), names["kind"], namespaced,

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .cel.rules import SchemaRules
 from .jsonpath import JSONPath, JSONPathError, print_value
 from .jsonpath import parse as parse_jsonpath
 from .patterns import PatternError, pattern_matches
@@ -305,6 +306,8 @@ class CustomSchema:
     crd_uid: str = ""
     #: True while the CRD is being deleted: its objects are still served, creates are refused (405).
     terminating: bool = False
+    #: The schema's ``x-kubernetes-validations`` rules (None: the schema has none).
+    rules: SchemaRules | None = None
 
     # ------------------------------------------------------------------ decoding
     def complete(self, head: dict[str, Any], rest: Mapping[str, Any], unknown: list[str]) -> dict[str, Any]:
@@ -316,8 +319,9 @@ class CustomSchema:
         _default(head, self.schema)
         return head
 
-    def causes(self, obj: Mapping[str, Any]) -> list[_Cause]:
-        """The schema validation errors of ``obj`` as ``(reason, field, message)``."""
+    def causes(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[_Cause]:
+        """The schema validation errors of ``obj`` as ``(reason, field, message)``, then its CEL rules' (``old``:
+        the stored object on an update, for transition rules)."""
         causes: list[_Cause] = []
         rest = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")}
         schema = {k: v for k, v in self.schema.items() if k != "required"}
@@ -325,6 +329,8 @@ class CustomSchema:
         for key in self.schema.get("required") or ():
             if key not in obj:
                 causes.append(("FieldValueRequired", key, "Required value"))
+        if self.rules is not None:
+            causes.extend(self.rules.causes(obj, old, causes))
         return causes
 
     def canonical(self, obj: Mapping[str, Any]) -> dict[str, Any]:

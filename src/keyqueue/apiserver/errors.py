@@ -77,14 +77,17 @@ def conflict(resource: str, name: str, why: str) -> APIError:
 
 
 def invalid(kind: str, resource: str, name: str, causes: list[tuple[str, str, str]]) -> APIError:
-    """422 Invalid.  ``causes`` are ``(reason, field, message)``, e.g. ``("FieldValueInvalid", ...)``."""
+    """422 Invalid.  ``causes`` are ``(reason, field, message)``, e.g. ``("FieldValueInvalid", ...)``.  ``kind`` is
+    the (group-qualified) kind the message names, ``Widget.example.com``; the details carry its kind and group
+    apart, as kube's ``NewInvalid`` does (kubectl prints ``The Widget "x" is invalid``)."""
     parts = [f"{field}: {message}" for _, field, message in causes]
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    details = {
-        "name": name,
-        "kind": kind,
-        "causes": [{"reason": r, "message": m, "field": f} for r, f, m in causes],
-    }
+    bare, _, group = kind.partition(".")
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = bare
+    details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]
     del resource  # the details of an Invalid error name the kind, not the resource
     return APIError(422, "Invalid", f'{kind} "{name}" is invalid: {joined}', details)
 

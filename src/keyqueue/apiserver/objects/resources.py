@@ -14,6 +14,7 @@ from typing import Any, Final
 from ..custom import CustomSchema
 
 __all__ = [
+    "ADMISSION_POLICY_KINDS",
     "BUILTINS",
     "CLUSTER_ROLES",
     "CLUSTER_ROLE_BINDINGS",
@@ -45,6 +46,8 @@ __all__ = [
     "SERVICES",
     "SERVICE_ACCOUNTS",
     "STATEFULSETS",
+    "VALIDATING_ADMISSION_POLICIES",
+    "VALIDATING_ADMISSION_POLICY_BINDINGS",
     "WORKLOAD_KINDS",
     "ResourceType",
     "field_value",
@@ -194,6 +197,14 @@ ROLE_BINDINGS: Final = _kind("rolebindings", "RoleBinding", (), _RBAC)
 CLUSTER_ROLES: Final = _kind("clusterroles", "ClusterRole", (), _RBAC, namespaced=False)
 CLUSTER_ROLE_BINDINGS: Final = _kind("clusterrolebindings", "ClusterRoleBinding", (), _RBAC, namespaced=False)
 ENDPOINT_SLICES: Final = _kind("endpointslices", "EndpointSlice", (), "discovery.k8s.io")
+_ADMISSION: Final = "admissionregistration.k8s.io"
+VALIDATING_ADMISSION_POLICIES: Final = _kind("validatingadmissionpolicies", "ValidatingAdmissionPolicy", (), _ADMISSION,
+                                             namespaced=False, status=True)
+VALIDATING_ADMISSION_POLICY_BINDINGS: Final = _kind("validatingadmissionpolicybindings",
+                                                    "ValidatingAdmissionPolicyBinding", (), _ADMISSION,
+                                                    namespaced=False)
+#: The CEL admission policies (:mod:`~keyqueue.apiserver.admission.policy` evaluates them on every write).
+ADMISSION_POLICY_KINDS: Final = (VALIDATING_ADMISSION_POLICIES, VALIDATING_ADMISSION_POLICY_BINDINGS)
 #: The built-in kinds operators create and watch, whose specs come from the official client's models.
 WORKLOAD_KINDS: Final = (
     PODS, SERVICES, SECRETS, SERVICE_ACCOUNTS, ENDPOINTS, PVCS, DEPLOYMENTS, STATEFULSETS, DAEMONSETS, REPLICASETS,
@@ -206,7 +217,8 @@ RETURNS_DELETED: Final = frozenset({PODS, SERVICES, SERVICE_ACCOUNTS, PVCS})
 REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_SUBJECT_REVIEWS)
 #: The built-in resource types, in discovery order.  What one server serves is its
 #: :class:`~keyqueue.apiserver.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
-BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS, *WORKLOAD_KINDS)
+BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS, *WORKLOAD_KINDS,
+                   *ADMISSION_POLICY_KINDS)
 
 
 def stored_type(rt: ResourceType) -> ResourceType:

@@ -91,9 +91,11 @@ def _qualified_name_causes(field: str, key: str) -> list[_Cause]:
     return causes
 
 
-def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True) -> None:
+def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True,
+             old: Mapping[str, Any] | None = None) -> None:
     """Raise a 422 :class:`APIError` if ``obj`` (already decoded) is invalid (``creating``: also the rules only a
-    create checks, as kube's ``ValidateEventCreate``)."""
+    create checks, as kube's ``ValidateEventCreate``; ``old``: the stored object an update replaces, for a custom
+    resource's transition rules)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     causes: list[_Cause] = []
@@ -120,7 +122,7 @@ def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True)
     if rt.model:
         causes.extend(kind_causes(rt, obj))
     if rt.custom is not None:
-        causes.extend(rt.custom.causes(obj))
+        causes.extend(rt.custom.causes(obj, old))
     if rt is NAMESPACES:
         causes.extend(namespace_finalizer_causes((obj.get("spec") or {}).get("finalizers") or ()))
     if creating and stored_type(rt) is EVENTS:
@@ -234,7 +236,7 @@ def _configmap_causes(obj: Mapping[str, Any]) -> list[_Cause]:
 
 def validate_update(rt: ResourceType, new: Mapping[str, Any], old: Mapping[str, Any]) -> None:
     """Raise a 422 :class:`APIError` if changing ``old`` into ``new`` is not allowed."""
-    validate(rt, new, creating=False)
+    validate(rt, new, creating=False, old=old)
     name = str(new["metadata"].get("name", ""))
     causes: list[_Cause] = []
     if stored_type(rt) is EVENTS:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..admission.policy import admit as admit_policies
 from ..apply import ApplyRequest
 from ..errors import APIError
 from ..managedfields import managed_fields
@@ -128,6 +129,7 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
         if managed:
             meta["managedFields"] = managed
         validate(rt, obj)
+        admit_policies(self, rt, "CREATE", obj, None, namespace, opts.warnings, dry_run=opts.dry_run)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
@@ -248,6 +250,8 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
         if not new["metadata"]["managedFields"]:
             del new["metadata"]["managedFields"]
         _validate_update(rt, new, current)
+        admit_policies(self, rt, "UPDATE", new, current, namespace, opts.warnings, subresource=subresource,
+                       dry_run=opts.dry_run)
         if current["metadata"].get("deletionTimestamp"):
             had = set(current["metadata"].get("finalizers") or ())
             added = [f for f in new["metadata"].get("finalizers") or () if f not in had]
@@ -346,6 +350,7 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
                         f"Precondition failed: {label} in precondition: {want}, "
                         f"{label} in object meta: {meta.get(field_name)}",
                     )
+            admit_policies(self, rt, "DELETE", None, current, namespace, opts.warnings, dry_run=opts.dry_run)
             if rt is NAMESPACES:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
