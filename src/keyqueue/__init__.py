@@ -10,6 +10,7 @@ from keyqueue._core import AddResult, Ordering, QueueSnapshot, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
 from keyqueue.errors import ShutDown
+from keyqueue.manager import Manager
 from keyqueue.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -31,6 +32,7 @@ __all__ = [
     "FakeClock",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "Manager",
     "MaxOfRateLimiter",
     "Ordering",
     "PriorityQueue",
