@@ -1,5 +1,5 @@
-"""keyqueue for asyncio: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`, :class:`PriorityQueue`
-and :class:`Controller`.
+"""keyqueue for asyncio: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`, :class:`PriorityQueue`,
+:class:`Controller` and :class:`Manager`.
 
 The same state machine as :mod:`keyqueue.threaded` (so the same guarantees: one holder per key, dedup, one
 redelivery per burst of adds during processing, nothing lost), with asyncio waiting::
@@ -37,5 +37,15 @@ task's key stays "processing" until someone calls ``done`` on it.
 
 from keyqueue._aio import DelayingQueue, KeyIterator, Lease, PriorityQueue, Queue, RateLimitingQueue
 from keyqueue.controller.aio import Controller
+from keyqueue.manager.aio import Manager
 
-__all__ = ["Controller", "DelayingQueue", "KeyIterator", "Lease", "PriorityQueue", "Queue", "RateLimitingQueue"]
+__all__ = [
+    "Controller",
+    "DelayingQueue",
+    "KeyIterator",
+    "Lease",
+    "Manager",
+    "PriorityQueue",
+    "Queue",
+    "RateLimitingQueue",
+]

@@ -15,7 +15,7 @@ from keyqueue.informer import HandlerRegistration
 from keyqueue.leaderelection import ElectionConfig
 from keyqueue.manager.cache import Cache, SharedInformer
 from keyqueue.manager.probes import HealthServer
-from keyqueue.manager.resources import Resource, ResourceResolver, list_func
+from keyqueue.manager.resources import Resource, ResourceResolver
 from keyqueue.manager.wiring import MapFunc, register_for, register_mapped, register_owned
 
 __all__ = ["CACHE_SYNC_TIMEOUT", "ManagerBase"]
@@ -145,7 +145,7 @@ class ManagerBase(Generic[I, C, E]):
         server does not serve, ``ValueError``/``TypeError`` for a malformed name; API errors propagate."""
         return self._resolver.resolve(resource)
 
-    def _new_informer(self, resource: Resource, list_fn: Callable[..., Any], namespace: str | None) -> I:
+    def _new_informer(self, resource: Resource, namespace: str | None) -> I:
         raise NotImplementedError
 
     def _start_informer(self, informer: I) -> None:
@@ -161,7 +161,7 @@ class ManagerBase(Generic[I, C, E]):
             if entry is not None:
                 return entry[1]
             namespace = self.namespace if res.namespaced else None
-            informer = self._new_informer(res, list_func(self.api_client, res, namespace), namespace)
+            informer = self._new_informer(res, namespace)
             self._informers[res.name] = (res, informer)
             start_now = self._started and not self._stopped
         if start_now:

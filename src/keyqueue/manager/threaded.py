@@ -15,7 +15,7 @@ from keyqueue.controller import Controller
 from keyqueue.informer import Informer
 from keyqueue.leaderelection import LeaderElector
 from keyqueue.manager.base import CACHE_SYNC_TIMEOUT, ManagerBase, is_coroutine_function
-from keyqueue.manager.resources import Resource
+from keyqueue.manager.resources import Resource, list_func
 
 __all__ = ["Manager"]
 
@@ -60,9 +60,9 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
 
     # -- shell hooks --------------------------------------------------------------------------------------------------
 
-    def _new_informer(self, resource: Resource, list_fn: Callable[..., Any], namespace: str | None) -> Informer:
+    def _new_informer(self, resource: Resource, namespace: str | None) -> Informer:
         name = resource.name if namespace is None else f"{resource.name}/{namespace}"
-        return Informer(list_fn, name=name)
+        return Informer(list_func(self.api_client, resource, namespace), name=name)
 
     def _start_informer(self, informer: Informer) -> None:
         informer.start()
