@@ -6,8 +6,8 @@ so that a change to either (or its deletion) reconciles the Widget again and the
 The operator puts a finalizer on each Widget (its cleanup runs before the Widget goes), records Events and keeps a
 `Ready` condition in `status.conditions`, written through the status subresource.
 
-Against the cluster of your current kubeconfig context (installs the CRD if missing; SIGINT/SIGTERM stops it and
-releases the Lease):
+Against the cluster of your current kubeconfig context, or in a pod with its service account (installs the CRD if
+missing; SIGINT/SIGTERM stops it and releases the Lease; docs/guide/manager.md lists the RBAC it needs):
 
     .venv/bin/python examples/widget_operator.py [NAMESPACE]
 
@@ -159,7 +159,10 @@ class WidgetOperator:
 
 
 def main() -> None:
-    config.load_kube_config()
+    try:
+        config.load_incluster_config()  # in a pod: its service account
+    except config.ConfigException:
+        config.load_kube_config()  # elsewhere: the current kubeconfig context
     namespace = sys.argv[1] if len(sys.argv) > 1 else None
     with client.ApiClient() as api_client:
         install_crd(api_client)

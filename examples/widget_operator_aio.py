@@ -2,7 +2,8 @@
 
 The same CRD, owned objects, finalizer, Events and `Ready` condition; the informers are asyncio tasks (aiohttp,
 no thread per watch). The official client is blocking, so each write runs in the loop's default executor
-(`asyncio.to_thread`). Against the cluster of your current kubeconfig context:
+(`asyncio.to_thread`). Against the cluster of your current kubeconfig context, or in a pod with its service
+account:
 
     .venv/bin/python examples/widget_operator_aio.py [NAMESPACE]
 
@@ -117,7 +118,10 @@ class WidgetOperator:
 
 
 async def main() -> None:
-    config.load_kube_config()
+    try:
+        config.load_incluster_config()  # in a pod: its service account
+    except config.ConfigException:
+        config.load_kube_config()  # elsewhere: the current kubeconfig context
     namespace = sys.argv[1] if len(sys.argv) > 1 else None
     with client.ApiClient() as api_client:
         install_crd(api_client)
