@@ -6,11 +6,12 @@ into exactly one redelivery; nothing is lost. This namespace holds the queues an
 shells around one state machine (:mod:`keyqueue._core`).
 """
 
+from typing import TYPE_CHECKING
+
 from keyqueue._core import AddResult, Ordering, QueueSnapshot, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
 from keyqueue.errors import ShutDown
-from keyqueue.manager import Manager
 from keyqueue.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -22,6 +23,9 @@ from keyqueue.ratelimit import (
     default_item_based_rate_limiter,
 )
 from keyqueue.threaded import DelayingQueue, PriorityQueue, Queue, RateLimitingQueue
+
+if TYPE_CHECKING:
+    from keyqueue.manager import Manager as Manager
 
 __all__ = [
     "AddResult",
@@ -60,4 +64,8 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module("keyqueue.aio")
+    if name == "Manager":  # imported on first use: programs without a manager do not load informers and HTTP servers
+        from keyqueue.manager import Manager
+
+        return Manager
     raise AttributeError(f"module 'keyqueue' has no attribute {name!r}")

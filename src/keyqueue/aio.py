@@ -35,9 +35,13 @@ result is never read (e.g. a task cancelled after it finished, or abandoned by :
 task's key stays "processing" until someone calls ``done`` on it.
 """
 
+from typing import TYPE_CHECKING
+
 from keyqueue._aio import DelayingQueue, KeyIterator, Lease, PriorityQueue, Queue, RateLimitingQueue
 from keyqueue.controller.aio import Controller
-from keyqueue.manager.aio import Manager
+
+if TYPE_CHECKING:
+    from keyqueue.manager.aio import Manager as Manager
 
 __all__ = [
     "Controller",
@@ -49,3 +53,11 @@ __all__ = [
     "Queue",
     "RateLimitingQueue",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "Manager":  # imported on first use: programs without a manager do not load informers and aiohttp
+        from keyqueue.manager.aio import Manager
+
+        return Manager
+    raise AttributeError(f"module 'keyqueue.aio' has no attribute {name!r}")

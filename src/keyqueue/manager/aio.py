@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from keyqueue.controller.aio import Controller
 from keyqueue.informer.aio import Informer, Transport
+from keyqueue.leaderelection import ElectionConfig
 from keyqueue.leaderelection.aio import LeaderElector
 from keyqueue.manager.base import CACHE_SYNC_TIMEOUT, ManagerBase
 from keyqueue.manager.resources import Resource
@@ -37,8 +39,19 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
 
     _elector_class = LeaderElector
 
-    def __init__(self, api_client: Any, **options: Any) -> None:
-        super().__init__(api_client, **options)
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        namespace: str | None = None,
+        leader_election: str | LeaderElector | ElectionConfig | None = None,
+        metrics_port: int | None = None,
+        health_port: int | None = None,
+        stop_timeout: float = 30.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        super().__init__(api_client, namespace=namespace, leader_election=leader_election, metrics_port=metrics_port,
+                         health_port=health_port, stop_timeout=stop_timeout, logger=logger)
         self._transport = Transport(api_client)
         self._wake: asyncio.Event | None = None
 

@@ -195,10 +195,19 @@ class ManagerBase(Generic[I, C, E]):
         queue: Any = None,
     ) -> C:
         """Add a controller reconciling keys ``"namespace/name"`` (``"name"`` for a cluster-scoped primary) of
-        ``for_``; see the class docstring for ``owns``, ``watches`` and ``predicates``. ``name`` defaults to the
-        primary kind in lower case and must be unique in the manager; ``workers`` is the number of concurrent
-        reconciles; ``queue`` replaces the default priority queue. Returns the controller (started with the
-        manager, or at once if the manager runs already).
+        ``for_``, and return it (started with the manager, or at once if the manager runs already).
+
+        * ``for_`` — the primary resource: each add, update and delete enqueues the object's own key;
+        * ``owns`` — resources whose objects enqueue their controller owner (the ``ownerReferences`` entry with
+          ``controller: true`` of the primary's group and kind); an object without one enqueues nothing;
+        * ``watches`` — ``(resource, map_fn)`` pairs: ``map_fn(obj)`` returns the keys to enqueue;
+        * ``predicates`` — ``(old, new) -> bool``: an update of any of these resources enqueues only if all are
+          true (see :mod:`keyqueue.predicates`); adds and deletes always enqueue;
+        * ``name`` — defaults to the primary kind in lower case; unique in the manager (metrics label, queue name);
+        * ``workers`` — concurrent reconciles; ``queue`` — replaces the default priority queue.
+
+        A reconcile that raises is retried with backoff (see :class:`keyqueue.Controller`); no exception ends a
+        worker.
 
         Raises ``TypeError``/``ValueError`` for bad arguments (a duplicate name among them) and
         :class:`~keyqueue.manager.UnknownResource` for a resource the server does not serve, before anything is

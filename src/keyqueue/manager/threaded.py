@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Any
 from keyqueue._signals import recorded_signals
 from keyqueue.controller import Controller
 from keyqueue.informer import Informer
-from keyqueue.leaderelection import LeaderElector
+from keyqueue.leaderelection import ElectionConfig, LeaderElector
 from keyqueue.manager.base import CACHE_SYNC_TIMEOUT, ManagerBase, is_coroutine_function
 from keyqueue.manager.resources import Resource, list_func
 
@@ -54,8 +55,19 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
 
     _elector_class = LeaderElector
 
-    def __init__(self, api_client: Any, **options: Any) -> None:
-        super().__init__(api_client, **options)
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        namespace: str | None = None,
+        leader_election: str | LeaderElector | ElectionConfig | None = None,
+        metrics_port: int | None = None,
+        health_port: int | None = None,
+        stop_timeout: float = 30.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        super().__init__(api_client, namespace=namespace, leader_election=leader_election, metrics_port=metrics_port,
+                         health_port=health_port, stop_timeout=stop_timeout, logger=logger)
         self._stop_event = threading.Event()
 
     # -- shell hooks --------------------------------------------------------------------------------------------------
