@@ -108,6 +108,7 @@ def test_controllers_share_one_informer_and_cache(mgr: keyqueue.Manager, kube_ap
         key = f"{kube_namespace}/x"
         eventually(lambda: a.count(key) and b.count(key))
         informer = mgr.informer("v1/configmaps")
+        eventually(lambda: informer.stats().watches >= 1)  # the watch opens after the list
         assert (informer.stats().lists, informer.stats().watches) == (1, 1)  # one list and one watch for both
         cache = mgr.cache("v1/configmaps")
         assert cache.get(key)["metadata"]["labels"] == {"tier": "web"}  # type: ignore[index]
