@@ -170,6 +170,14 @@ def test_watches_map_keys_and_predicates_filter_updates(mgr: keyqueue.Manager, k
         eventually(lambda: rec.count(key_a) == 2)
 
 
+def test_a_cluster_scoped_primary_is_keyed_by_name(mgr: keyqueue.Manager, kube_namespace: str) -> None:
+    rec = Recorder()
+    mgr.add_controller(rec, for_="v1/namespaces")  # watched cluster-wide although the manager has a namespace
+    with mgr:
+        eventually(lambda: rec.count(kube_namespace) >= 1)
+        assert mgr.cache("v1/namespaces").get(kube_namespace) is not None
+
+
 def test_a_raising_reconcile_is_retried_with_backoff_and_the_worker_lives(
         mgr: keyqueue.Manager, kube_api_client: client.ApiClient, kube_namespace: str) -> None:
     core = client.CoreV1Api(kube_api_client)
@@ -242,11 +250,13 @@ def test_parse_label_selector() -> None:
             parse_label_selector(bad)
 
 
-def test_run_stops_on_sigterm_and_releases_the_lease(kube_apiserver: TestAPIServer,
+@pytest.mark.parametrize("shell", ["threads", "aio"])
+def test_run_stops_on_sigterm_and_releases_the_lease(shell: str, kube_apiserver: TestAPIServer,
                                                      kube_api_client: client.ApiClient, kube_namespace: str) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.manager.replica", "--kubeconfig", str(kube_apiserver.kubeconfig_path),
-         "--namespace", kube_namespace, "--identity", "solo", "--lease", "solo"],
+         "--namespace", kube_namespace, "--identity", "solo", "--lease", "solo",
+         *(["--aio"] if shell == "aio" else [])],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:

@@ -87,7 +87,8 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
             if self._started:
                 raise RuntimeError("the manager was already started (a manager runs once)")
             self._started = True
-        self._wake = asyncio.Event()
+        if self._wake is None:
+            self._wake = asyncio.Event()
         try:
             self._start_servers()
             informers = self._informer_list()
@@ -135,11 +136,8 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
         """Start (unless started), wait until SIGINT or SIGTERM (``loop.add_signal_handler``, in the main thread)
         or :meth:`stop`, then stop. For ``asyncio.run(mgr.run())``."""
         loop = asyncio.get_running_loop()
-        with self._lock:
-            started = self._started
-        if not started:
-            await self.start()
-        assert self._wake is not None
+        if self._wake is None:
+            self._wake = asyncio.Event()
         installed: list[signal.Signals] = []
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -149,6 +147,10 @@ class Manager(ManagerBase[Informer, "Controller[str]", LeaderElector]):
                     continue
                 installed.append(sig)
         try:
+            with self._lock:
+                started = self._started
+            if not started:
+                await self.start()  # a signal while the caches sync is seen once start() returns
             await self._wake.wait()
         finally:
             for sig in installed:
