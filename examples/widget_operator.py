@@ -14,6 +14,7 @@ missing; SIGINT/SIGTERM stops it and releases the Lease; docs/guide/manager.md l
 examples/test_widget_operator.py runs it against the test API server.
 """
 
+import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -159,6 +160,7 @@ class WidgetOperator:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config.load_incluster_config()  # in a pod: its service account
     except config.ConfigException:

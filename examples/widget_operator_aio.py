@@ -11,6 +11,7 @@ examples/test_widget_operator_aio.py runs it against the test API server.
 """
 
 import asyncio
+import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -118,6 +119,7 @@ class WidgetOperator:
 
 
 async def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config.load_incluster_config()  # in a pod: its service account
     except config.ConfigException:
