@@ -115,8 +115,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 _TESTS = Path(__file__).parent
 _NEEDS_EXTRA = {
-    "apiserver": ("apiserver", "informer", "leaderelection", "examples", "events", "testing", "lab", "pipeline",
-                  "test_docs.py", "test_benchmarks_smoke.py"),
+    "apiserver": ("apiserver", "informer", "leaderelection", "manager", "examples", "events", "testing", "lab",
+                  "pipeline", "test_docs.py", "test_benchmarks_smoke.py"),
     "redis": ("redis",),
     "lab": ("lab", "pipeline", "test_benchmarks_smoke.py"),
     "testing": ("testing", "test_docs.py"),

@@ -20,8 +20,10 @@ FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"', re.M)
 
 # Programs the docs include that tests/examples runs with its own checks of their output.
+# The Widget operators run against a real cluster; their tests (included too) run them against the test API server.
 RUN_BY_TESTS_EXAMPLES = {"examples/threaded_controller.py", "examples/async_controller.py",
-                         "examples/greeting_operator.py"}
+                         "examples/greeting_operator.py", "examples/widget_operator.py",
+                         "examples/widget_operator_aio.py"}
 
 
 def _snippets() -> set[str]:

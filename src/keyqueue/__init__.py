@@ -6,6 +6,8 @@ into exactly one redelivery; nothing is lost. This namespace holds the queues an
 shells around one state machine (:mod:`keyqueue._core`).
 """
 
+from typing import TYPE_CHECKING
+
 from keyqueue._core import AddResult, Ordering, QueueSnapshot, QueueStats
 from keyqueue.clock import Clock, FakeClock, RealClock
 from keyqueue.controller import Controller, ReconcileError, Result, TerminalError
@@ -22,6 +24,9 @@ from keyqueue.ratelimit import (
 )
 from keyqueue.threaded import DelayingQueue, PriorityQueue, Queue, RateLimitingQueue
 
+if TYPE_CHECKING:
+    from keyqueue.manager import Manager as Manager
+
 __all__ = [
     "AddResult",
     "BucketRateLimiter",
@@ -31,6 +36,7 @@ __all__ = [
     "FakeClock",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
+    "Manager",
     "MaxOfRateLimiter",
     "Ordering",
     "PriorityQueue",
@@ -58,4 +64,8 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module("keyqueue.aio")
+    if name == "Manager":  # imported on first use: programs without a manager do not load informers and HTTP servers
+        from keyqueue.manager import Manager
+
+        return Manager
     raise AttributeError(f"module 'keyqueue' has no attribute {name!r}")

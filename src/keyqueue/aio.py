@@ -1,5 +1,5 @@
-"""keyqueue for asyncio: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`, :class:`PriorityQueue`
-and :class:`Controller`.
+"""keyqueue for asyncio: :class:`Queue`, :class:`DelayingQueue`, :class:`RateLimitingQueue`, :class:`PriorityQueue`,
+:class:`Controller` and :class:`Manager`.
 
 The same state machine as :mod:`keyqueue.threaded` (so the same guarantees: one holder per key, dedup, one
 redelivery per burst of adds during processing, nothing lost), with asyncio waiting::
@@ -35,7 +35,29 @@ result is never read (e.g. a task cancelled after it finished, or abandoned by :
 task's key stays "processing" until someone calls ``done`` on it.
 """
 
+from typing import TYPE_CHECKING
+
 from keyqueue._aio import DelayingQueue, KeyIterator, Lease, PriorityQueue, Queue, RateLimitingQueue
 from keyqueue.controller.aio import Controller
 
-__all__ = ["Controller", "DelayingQueue", "KeyIterator", "Lease", "PriorityQueue", "Queue", "RateLimitingQueue"]
+if TYPE_CHECKING:
+    from keyqueue.manager.aio import Manager as Manager
+
+__all__ = [
+    "Controller",
+    "DelayingQueue",
+    "KeyIterator",
+    "Lease",
+    "Manager",
+    "PriorityQueue",
+    "Queue",
+    "RateLimitingQueue",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name == "Manager":  # imported on first use: programs without a manager do not load informers and aiohttp
+        from keyqueue.manager.aio import Manager
+
+        return Manager
+    raise AttributeError(f"module 'keyqueue.aio' has no attribute {name!r}")

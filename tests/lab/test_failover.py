@@ -34,3 +34,14 @@ def test_control_without_leader_election_fails_the_overlap_check(
     assert status == 1
     assert s["overlaps"] > 0 and not s["checks"]["never two replicas reconciling at once"]
     assert s["lost"] == 0
+
+
+def test_failover_of_manager_replicas(lab: Callable[..., tuple[int, dict[str, Any]]]) -> None:
+    status, s = lab("failover", "--manager", "--backend", "memory", "--duration", "2.5", "--kill-at", "0.8",
+                    "--rate", "80")
+    assert status == 0, s
+    assert s["manager"] and s["ok"] and s["lost"] == 0 and s["overlaps"] == 0
+    assert s["killed"] is not None and s["new_leader"] not in (None, s["killed"])
+    assert s["reconciles_after_kill"].get(s["killed"], 0) == 0
+    assert s["reconciles_after_kill"][s["new_leader"]] > 0
+

@@ -83,6 +83,7 @@ class Controller(ControllerBase[T]):
         self._alive = 0
         self._wake: asyncio.Event | None = None
         self._elector = leader_election
+        self._owns_elector = False  # started by this controller's start(): then its stop() stops it
         self._gate: asyncio.Event | None = None  # set when a term starts and when a stop is requested
         if leader_election is not None:
             from keyqueue.leaderelection import export_metrics
@@ -124,6 +125,7 @@ class Controller(ControllerBase[T]):
         self._tasks = [loop.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
         if self._elector is not None and not self._elector.started:
             self._elector.start()
+            self._owns_elector = True
 
     async def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
@@ -145,7 +147,7 @@ class Controller(ControllerBase[T]):
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-        if self._elector is not None:
+        if self._elector is not None and self._owns_elector:
             await self._elector.stop(t)
         for task in self._tasks:
             if task.done() and not task.cancelled():

@@ -34,7 +34,8 @@ the backlog (default, as controller-runtime does with its priority queue) or, wi
 key still queued first (as controller-runtime does with the client-go queue). The queue is shut down by ``stop``.
 
 Leader election: with ``leader_election=LeaderElector(...)`` (:mod:`keyqueue.leaderelection`; its asyncio twin for
-:class:`keyqueue.aio.Controller`) the controller starts and stops the elector with itself, and its workers
+:class:`keyqueue.aio.Controller`) the controller starts and stops the elector with itself (unless the elector was
+started already, as a :class:`keyqueue.Manager` does for the controllers that share it), and its workers
 reconcile only while the elector leads, as controller-runtime's manager runs leader-elected runnables. The queue and
 whatever feeds it (informers) keep running in every replica, so a standby has a warm backlog. When leadership is
 lost (``is_leader()`` turns False at the renew deadline, before any other replica can take the Lease) no new
@@ -96,7 +97,8 @@ class Controller(ControllerBase[T]):
     * ``registry`` — a ``prometheus_client.CollectorRegistry`` for the controller metrics; ``logger`` — a
       :class:`logging.Logger` (default ``keyqueue.controller``).
     * ``leader_election`` — a :class:`keyqueue.leaderelection.LeaderElector`: reconcile only while it leads (see
-      the module docstring); :meth:`start` starts it unless it was started already, :meth:`stop` stops it.
+      the module docstring); :meth:`start` starts it unless it was started already, and then :meth:`stop` stops
+      it (an elector started by its owner, e.g. a :class:`keyqueue.Manager` sharing it, is left to that owner).
     * ``recover_panic`` — ``True`` (default, controller-runtime's): an unexpected exception from reconcile is
       logged, counted as a panic and retried with backoff; ``False``: it ends its worker thread (reported by
       :func:`threading.excepthook`), stops the controller, and is raised again by :meth:`run` and on leaving the
@@ -147,6 +149,7 @@ class Controller(ControllerBase[T]):
         self._alive = 0
         self._wake = threading.Event()  # set when a stop is requested or the last worker has exited
         self._elector = leader_election
+        self._owns_elector = False  # started by this controller's start(): then its stop() stops it
         self._gate = threading.Condition()  # notified when leadership starts and when a stop is requested
         if leader_election is not None:
             from keyqueue.leaderelection import LeaderElector, export_metrics
@@ -181,6 +184,7 @@ class Controller(ControllerBase[T]):
             t.start()
         if self._elector is not None and not self._elector.started:
             self._elector.start()
+            self._owns_elector = True
 
     def stop(self, timeout: float | None = 30.0) -> bool:
         """Stop: take no more keys, shut the queue down, wait for the reconciles in flight (at most ``timeout``
@@ -210,7 +214,7 @@ class Controller(ControllerBase[T]):
         if not ok:
             with self._state:
                 self._dropping = True
-        if self._elector is not None:
+        if self._elector is not None and self._owns_elector:
             self._elector.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return ok
 

@@ -16,6 +16,9 @@ after its last written resourceVersion) and no two replicas reconciling at once 
 replicas never overlap, :func:`keyqueue.leaderelection.find_overlaps`). The exit status is 1 if a check fails.
 
 ``--control`` runs the replicas without leader election: all of them reconcile, and the overlap check must fail.
+``--manager`` makes each replica a :class:`keyqueue.Manager` (its shared informer, one controller over ConfigMaps,
+its leader election) instead of the informer, queue and controller wired by hand: the same checks, measuring the
+manager.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the API server's storage: a real etcd (default) or in-memory")
     parser.add_argument("--control", action="store_true",
                         help="replicas without leader election: every replica reconciles (the overlap check fails)")
+    parser.add_argument("--manager", action="store_true",
+                        help="each replica is a keyqueue.Manager (shared informer, controller, leader election) "
+                             "instead of an informer wired to a Controller by hand")
     add_json_argument(parser)
     # the child side (internal)
     parser.add_argument("--replica", default=None, help=argparse.SUPPRESS)
@@ -105,6 +111,8 @@ def _replica(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration, renew_deadline=args.renew_deadline, retry_period=args.retry_period,
             on_started_leading=lambda: _emit("started"), on_stopped_leading=lambda: _emit("stopped"),
         )
+    if args.manager:
+        return _manager_replica(args, watcher, elector)
     informer = Informer.for_config_maps(watcher, args.namespace, name=f"failover {args.replica}")
 
     def reconcile(key: str) -> None:
@@ -131,6 +139,36 @@ def _replica(args: argparse.Namespace) -> int:
             time.sleep(0.05)
     controller.stop(10.0)  # workers first, then the elector (release)
     informer.stop()
+    _emit("exited")
+    return 0
+
+
+def _manager_replica(args: argparse.Namespace, api_client: Any, elector: Any) -> int:
+    """The replica as a :class:`keyqueue.Manager`: the same reconcile and events as the hand-wired one."""
+    from keyqueue._signals import recorded_signals
+    from keyqueue.manager import Manager
+
+    mgr = Manager(api_client, namespace=args.namespace, leader_election=elector, stop_timeout=10.0)
+    cache = mgr.cache("v1/configmaps")
+
+    def reconcile(key: str) -> None:
+        t0 = time.monotonic()
+        obj = cache.get(key)
+        rv = int(obj["metadata"].get("resourceVersion") or 0) if obj is not None else 0
+        time.sleep(args.work)
+        _emit("reconciled", key=key, rv=rv, start=t0, end=time.monotonic())
+
+    mgr.add_controller(reconcile, for_="v1/configmaps", name="failover")
+    with recorded_signals(signal.SIGTERM, signal.SIGINT) as received:
+        try:
+            mgr.start()  # returns once the cache has synced
+        except TimeoutError as exc:
+            _emit("error", message=str(exc))
+            return 1
+        _emit("ready")
+        while not received:
+            time.sleep(0.05)
+    mgr.stop(10.0)  # controllers first, then the elector (release), then the informers
     _emit("exited")
     return 0
 
@@ -170,6 +208,7 @@ class FailoverResult:
     checks: dict[str, bool] = field(default_factory=dict)
     triggers_asked: int = 0  #: rate × duration: the writes the load was to make
     interrupted: bool = False  #: a signal stopped the scene; the result covers what ran
+    manager: bool = False  #: each replica was a keyqueue.Manager
 
     @property
     def ok(self) -> bool:
@@ -194,6 +233,8 @@ class _Replicas:
                    "--retry-period", str(args.retry_period)]
             if args.control:
                 cmd.append("--control")
+            if args.manager:
+                cmd.append("--manager")
             # In a process group of their own, a terminal's Ctrl-C reaches this process only, which stops them in
             # order (close); they get SIGTERM if it dies (die_with_parent).
             cmd, preexec = die_with_parent(cmd)
@@ -416,7 +457,7 @@ def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float
         overlap_examples=[f"{a.owner} {a.start - t0:.3f}-{a.end - t0:.3f}s / {b.owner} {b.start - t0:.3f}-"
                           f"{b.end - t0:.3f}s" for a, b in overlaps[:5]],
         lease_duration_s=args.lease_duration, retry_period_s=args.retry_period,
-        triggers_asked=round(args.rate * args.duration),
+        triggers_asked=round(args.rate * args.duration), manager=args.manager,
     )
     if not args.control:
         result.checks["failover"] = new_leader is not None
@@ -427,6 +468,8 @@ def _summarise(args: argparse.Namespace, events: list[dict[str, Any]], t0: float
 
 def _print(result: FailoverResult, out: TextIO) -> None:
     mode = " (control: no leader election)" if result.control else ""
+    if result.manager:
+        mode += " (replicas: keyqueue.Manager)"
     asked = (f" of the {result.triggers_asked:,} asked for" if result.triggers < result.triggers_asked else "")
     print(f"\nfailover{mode}: {result.replicas} replicas, {result.triggers:,} "
           f"{'trigger' if result.triggers == 1 else 'triggers'}{asked} over {result.names} "
