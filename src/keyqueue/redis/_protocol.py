@@ -189,7 +189,7 @@ def check_wait_replicas(value: object) -> tuple[int, float] | None:
 def unconfirmed(url: str, operation: str, acks: int, wanted: tuple[int, float]) -> RedisUnavailable:
     """The error of a call that ran on the primary but that fewer than ``wait_replicas`` replicas confirmed."""
     return RedisUnavailable(
-        f"Redis at {url} ran {operation}, but only {acks} of {wanted[0]} replicas confirmed it within {wanted[1]} s "
+        f"Redis at {url} ran {operation}, but only {acks} of {wanted[0]} replicas confirmed it within {wanted[1]:g} s "
         "(wait_replicas): a failover now may undo it; retry (an add is safe to repeat; a get's lease runs out "
         "unrenewed; a done raises LeaseLost if it did finish the key)", operation=operation, address=url,
         code="NOREPLICAS")
