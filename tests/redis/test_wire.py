@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import uuid
 from typing import Any
 
@@ -76,7 +77,12 @@ def test_an_asyncio_connection_the_server_closed_is_reconnected_before_use(redis
             assert await q.add("a") == AddResult.QUEUED
             socks = [c._writer.get_extra_info("socket") for c in q._wire._idle if c.is_connected]
             assert _kill(rclient, socks) == 1
-            await asyncio.sleep(0.05)  # let the loop see the connection's end
+            # The server's close has arrived (the socket is readable: end of stream) and the loop has had a turn to
+            # read it: from then on the connection is known to be closed before it is used.
+            readable, _, _ = select.select(socks, [], [], 30)
+            assert readable, "the server did not close the connection"
+            for _ in range(3):
+                await asyncio.sleep(0)
             assert await q.add("b") == AddResult.QUEUED
             assert await q.len() == 2
             await q.delete()
