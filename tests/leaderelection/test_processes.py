@@ -154,8 +154,11 @@ def test_sigkill_and_release_failover_never_two_leaders(group: Group, record_pro
     # stop() with release: the last standby leads within one retry period
     new_leader = second["who_reported"]
     group.wait("leading", after=second["t"] + 0.5, who=new_leader)
+    # On a loaded machine a leader may miss its renew deadline, step down and be elected again before this: the
+    # stop that counts is the one after the SIGTERM.
+    sigterm_at = time.monotonic()
     group.procs[new_leader].send_signal(signal.SIGTERM)
-    stopped = group.wait("stopped", after=second["t"], who=new_leader)[0]
+    stopped = group.wait("stopped", after=sigterm_at, who=new_leader)[0]
     third = group.wait("started", after=stopped["t"])[0]
     release_gap = third["t"] - stopped["t"]
     record_property("release_to_new_leader_s", round(release_gap, 3))
@@ -167,7 +170,9 @@ def test_sigkill_and_release_failover_never_two_leaders(group: Group, record_pro
     group.wait("leading", after=third["t"] + 0.5)
 
     terms = group.terms()
-    assert [t.owner for t in sorted(terms, key=lambda t: t.start)] == [leader, new_leader, third["who_reported"]]
+    owners = [t.owner for t in sorted(terms, key=lambda t: t.start)]
+    assert [o for i, o in enumerate(owners) if i == 0 or o != owners[i - 1]] == [leader, new_leader,
+                                                                                  third["who_reported"]]
     assert find_overlaps(terms) == [], group.summary()
 
 
