@@ -12,12 +12,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..admission import ANONYMOUS, Attributes
 from ..errors import APIError
 from ..managedfields import managed_fields
 from ..objects import (
     CRDS,
     NAMESPACES,
     RETURNS_DELETED,
+    WEBHOOK_CONFIGURATIONS,
     ResourceType,
     format_time,
     prepare_builtin,
@@ -103,9 +105,27 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                     else:
                         obj.pop(part, None)
 
+    def _attributes(self, rt: ResourceType, operation: str, namespace: str | None, name: str,
+                    obj: dict[str, Any] | None, old: dict[str, Any] | None, opts: WriteOptions,
+                    subresource: str = "") -> Attributes:
+        """A write as admission sees it; the webhooks' warnings go to ``opts.warnings``."""
+        return Attributes(rt, operation, namespace if rt.namespaced else None, name, obj, old, subresource,
+                          opts.dry_run, opts.user or dict(ANONYMOUS), opts.field_manager, opts.propagation_policy,
+                          opts.warnings)
+
+    def _mutating_admission(self, attrs: Attributes) -> dict[str, Any]:
+        """The object of ``attrs`` as the mutating webhooks leave it (each patch decoded as a request body is, its
+        unknown fields dropped)."""
+        rt = attrs.rt
+        quiet = WriteOptions(field_validation="Ignore")
+        obj = self.admission.mutate(attrs, lambda patched: self.decode_body(rt, patched, quiet))
+        assert obj is not None
+        return obj
+
     def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions) -> dict[str, Any]:
         """Create an object (POST).  ``body`` is the decoded JSON request body.  405 for a custom resource whose
-        CRD is being deleted."""
+        CRD is being deleted.  Admission webhooks are called (blocking, each at most its timeout) before the
+        object is stored."""
         if rt.custom is not None and rt.custom.terminating:
             raise errors.APIError(405, "MethodNotAllowed",
                                   "create not allowed while custom resource definition is terminating")
@@ -114,6 +134,10 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         self._check_namespace(rt, obj, namespace)
         if meta.get("resourceVersion"):
             raise errors.internal_error("resourceVersion should not be set on objects to be created")
+        attrs = self._attributes(rt, "CREATE", namespace, meta.get("name", ""), obj, None, opts)
+        obj = self._mutating_admission(attrs)
+        meta = obj["metadata"]
+        self._check_namespace(rt, obj, namespace)
         generate = meta.get("generateName", "") if not meta.get("name") else ""
         if generate:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
@@ -124,6 +148,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         if managed:
             meta["managedFields"] = managed
         validate(rt, obj)
+        attrs.obj = obj
+        self.admission.validate(attrs)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
@@ -201,6 +227,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                         self._finish_namespace(namespace)
                     if rt is CRDS:
                         self._unserve_crd(new, kv.mod_revision + 1)
+                    if rt in WEBHOOK_CONFIGURATIONS:
+                        self.admission.observe(key, result.revision, None)
                     if rt.custom is not None:
                         self._finish_crd(rt.custom.crd_name)
                     return _with_rv(new, kv.mod_revision)
@@ -221,7 +249,10 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
         opts: WriteOptions,
         subresource: str = "",
+        admit: bool = True,
     ) -> dict[str, Any]:
+        """The checks and the strategy of an update of ``current`` to ``new``, with the admission webhooks
+        (``admit``; a ``/scale`` write has none)."""
         meta = new["metadata"]
         if not meta.get("name"):
             meta["name"] = name
@@ -233,6 +264,14 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
         rv = meta.get("resourceVersion", "")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
+        attrs = self._attributes(rt, "UPDATE", namespace, name, new, current, opts, subresource)
+        if admit:
+            new = self._mutating_admission(attrs)
+            self._check_namespace(rt, new, namespace)
+            if new["metadata"].get("name") != name:  # a webhook renamed it
+                raise errors.invalid(rt.kind, rt.qualified_name, name, [
+                    ("FieldValueInvalid", "metadata.name",
+                     f"Invalid value: {json.dumps(new['metadata'].get('name'))}: field is immutable")])
         self._prepare(rt, new, current)
         self._prepare_extension(rt, new, current, subresource)
         prepare_builtin(rt, new, current, subresource)
@@ -249,6 +288,9 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                     "FieldValueForbidden", "metadata.finalizers",
                     "Forbidden: no new finalizers can be added if the object is being deleted, found new "
                     "finalizers []string{" + ", ".join(json.dumps(f) for f in added) + "}")])
+        if admit:
+            attrs.obj = new
+            self.admission.validate(attrs)
         return new
 
     def update(
@@ -303,7 +345,7 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             new = _clone(current)
             new.setdefault("spec", {})["replicas"] = replicas
             new["metadata"].pop("resourceVersion", None)
-            return self._update_checks(rt, namespace, name, new, current, opts)
+            return self._update_checks(rt, namespace, name, new, current, opts, admit=False)
 
         return scale_of(self._guaranteed_update(rt, namespace, name, mutate, opts))
 
@@ -339,6 +381,9 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
                         f"Precondition failed: {label} in precondition: {want}, "
                         f"{label} in object meta: {meta.get(field_name)}",
                     )
+            attrs = self._attributes(rt, "DELETE", namespace, name, None, current, opts)
+            self.admission.mutate(attrs, lambda patched: patched)  # a delete has no object to patch
+            self.admission.validate(attrs)
             if rt is NAMESPACES:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
@@ -371,6 +416,8 @@ class Registry(CrdLifecycle, NamespaceLifecycle, ListWatch):
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if rt in WEBHOOK_CONFIGURATIONS:
+                    self.admission.observe(key, result.revision, None)
                 if rt is CRDS:
                     self._delete_custom_objects(current)  # any created while it was going
                 if namespace is not None and meta.get("deletionTimestamp"):
