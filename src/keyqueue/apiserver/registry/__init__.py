@@ -29,8 +29,11 @@ update that removes the last one deletes the object instead of writing it.
 A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``, ``foregroundDeletion``:
 :mod:`.propagation`); the collector thread of :mod:`.gc` acts on them and on ``ownerReferences``.
 
-Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
+Every write passes the admission webhooks (:mod:`~keyqueue.apiserver.admission`): mutating ones before the
+object is checked against its schema, validating ones after.
+
+Differences from kube-apiserver, on purpose: no in-tree admission plugins beyond the namespace-exists check (the
+webhooks are called), no server-side apply (managedFields for non-apply writes: :mod:`.managedfields`), no watch
 cache for lists and gets (they read the backend; its watches are shared instead: the registry asks the backend to
 serve all of them, the garbage collector's included, from one stream, :meth:`~.storage.Backend.share_watches`), and
 a namespace's deletion is done within the DELETE call (no namespace controller):
