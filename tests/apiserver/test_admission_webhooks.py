@@ -29,9 +29,14 @@ CM_RULE = {"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": [""], "api
            "resources": ["configmaps"]}
 
 
-@pytest.fixture(scope="module")
-def kube() -> Iterator[TestAPIServer]:
-    with TestAPIServer("memory") as server:
+@pytest.fixture(scope="module", params=["memory", pytest.param("etcd", marks=pytest.mark.etcd)])
+def kube(request: pytest.FixtureRequest) -> Iterator[TestAPIServer]:
+    """A server of this module's own: in memory, and on the session's etcd under a prefix of its own."""
+    if request.param == "etcd":
+        unstarted = TestAPIServer("etcd", etcd=request.getfixturevalue("etcd_proc"), prefix="/admission-webhooks")
+    else:
+        unstarted = TestAPIServer("memory")
+    with unstarted as server:
         for name in (NS, f"{NS}-other"):
             status, _, body = raw(server, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
             assert status == 201, body
