@@ -170,6 +170,34 @@ def test_a_refusal_is_answered_as_kube_does(kube: TestAPIServer, hooks: WebhookS
     assert stored(kube, "refused") is None
 
 
+def test_a_refused_update_or_delete_changes_nothing(kube: TestAPIServer, hooks: WebhookServer) -> None:
+    status, _, before = raw(kube, "POST", cm_path(), configmap("unchanged", a="1"))
+    assert status == 201
+    hooks.handlers["/deny"] = lambda review: review_answer(review, False, status={"code": 403, "message": "no"})
+    configure(kube, VWC, "deny-writes", webhook(hooks, "deny", "/deny", rules=[
+        {**CM_RULE, "operations": ["UPDATE", "DELETE"]}]))
+    assert raw(kube, "PATCH", cm_path("unchanged"), {"data": {"a": "2"}}, "application/merge-patch+json")[0] == 403
+    assert raw(kube, "PUT", cm_path("unchanged"), {**before, "data": {"a": "3"}})[0] == 403
+    assert raw(kube, "DELETE", cm_path("unchanged"))[0] == 403
+    assert stored(kube, "unchanged") == before
+
+
+def test_a_dry_run_is_refused_by_a_webhook_with_side_effects(kube: TestAPIServer, hooks: WebhookServer) -> None:
+    # v1 refuses such a configuration; one stored anyway (straight to storage) makes kube refuse dry runs with 400
+    obj = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+           "metadata": {"name": "side-effects", "uid": "u"},
+           "webhooks": [{**webhook(hooks, "effects", "/effects"), "sideEffects": "Some", "failurePolicy": "Ignore",
+                         "timeoutSeconds": 5}]}
+    key = kube.registry.key(VALIDATING_WEBHOOK_CONFIGURATIONS, None, "side-effects")
+    assert kube.registry.backend.create(key, json.dumps(obj).encode()).succeeded
+    attempts = iter(range(1000))
+    status, _, body = eventually(lambda: (r := raw(kube, "POST", cm_path() + "?dryRun=All",
+                                                   configmap(f"dry-{next(attempts)}")))[0] != 201 and r, timeout=10)
+    assert (status, body["message"]) == (400, 'admission webhook "effects.test.keyqueue.dev" does not support dry run')
+    assert raw(kube, "POST", cm_path(), configmap("not-dry"))[0] == 201  # without dryRun it is called
+    assert [r["request"]["name"] for r in hooks.reviews("/effects")] == ["not-dry"]
+
+
 def test_warnings_become_warning_headers(kube: TestAPIServer, hooks: WebhookServer) -> None:
     hooks.handlers["/warn"] = lambda review: review_answer(review, warnings=["careful now", 'a "quoted" one'])
     configure(kube, VWC, "warn", webhook(hooks, "warn", "/warn"))
