@@ -53,12 +53,23 @@ def kex(name: str, field: str, labels: dict[str, str] | None = None) -> dict[str
             "metadata": {"name": name, "labels": labels or {}}, "spec": {"field": field}}
 
 
-def test_kopf_admission_example(kube: TestAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def registry() -> Iterator[Any]:
+    """A registry of its own for the operator's handlers (kopf's default one is process-wide: the handlers would
+    join every later ``KopfRunner`` in this process), the default one restored afterwards."""
+    default = kopf.get_default_registry()
+    yield kopf.OperatorRegistry()
+    kopf.set_default_registry(default)
+
+
+def test_kopf_admission_example(kube: TestAPIServer, registry: Any, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
     make_certs(tmp_path)
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KEYQUEUE_WEBHOOK_CERTS", str(tmp_path))
     objects = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}"
-    with KopfRunner(["run", "--standalone", "--verbose", "--namespace", NS, str(OPERATOR)], timeout=60) as runner:
+    with KopfRunner(["run", "--standalone", "--verbose", "--namespace", NS, str(OPERATOR)], timeout=60,
+                    registry=registry) as runner:
 
         def configured(kind: str, count: int) -> bool:
             status, body, _ = raw(kube, "GET", f"{ADM}/{kind}/auto.kopf.dev")

@@ -180,7 +180,10 @@ def call_webhook(hook: Mapping[str, Any], review: dict[str, Any], resolve: Servi
         conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json",
                                           "User-Agent": "keyqueue-apiserver"})
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        response = conn.getresponse()
+        # the answer is read from the socket this function owns (http.client's getresponse would close it under
+        # an answer that ends the connection, before its body is read with the time left)
+        response = http.client.HTTPResponse(sock, method="POST")
+        response.begin()
         answer = _read_body(response, sock, deadline)
     except CallError:
         raise
