@@ -5,7 +5,8 @@ An expression sees kube's variables: ``object`` and ``oldObject`` (``null`` wher
 ``request`` (the ``AdmissionReview`` request without them).  It must give a bool.  Kube's CEL libraries beyond the
 standard ones (``authorizer``, Kubernetes' list, regex and URL functions) are not available here.
 
-Compiled programs are cached per expression text (the cache is bounded; thread-safe).
+Compiled programs are cached per expression text (the cache is bounded; thread-safe).  A program is evaluated by
+one thread at a time: celpy's evaluator walks the shared syntax tree, and is not documented as safe to share.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["ConditionError", "compile_error", "conditions_match"]
 
 _MAX_CACHED: Final = 1024
 _env = celpy.Environment()
-_programs: dict[str, Any] = {}
+_programs: dict[str, tuple[Any, threading.Lock]] = {}
 _lock = threading.Lock()
 
 
@@ -30,11 +31,12 @@ class ConditionError(Exception):
     """A condition that does not compile, fails to evaluate or gives something other than a bool."""
 
 
-def _program(expression: str) -> Any:
+def _program(expression: str) -> tuple[Any, threading.Lock]:
+    """The compiled program of ``expression`` and the lock its evaluations take."""
     with _lock:
-        program = _programs.get(expression)
-    if program is not None:
-        return program
+        cached = _programs.get(expression)
+    if cached is not None:
+        return cached
     try:
         program = _env.program(_env.compile(expression))
     except Exception as exc:  # celpy raises its parser's and its compiler's own error types
@@ -42,8 +44,7 @@ def _program(expression: str) -> Any:
     with _lock:
         if len(_programs) >= _MAX_CACHED:
             _programs.clear()
-        _programs[expression] = program
-    return program
+        return _programs.setdefault(expression, (program, threading.Lock()))
 
 
 def compile_error(expression: str) -> str | None:
@@ -68,7 +69,9 @@ def conditions_match(conditions: Sequence[Mapping[str, Any]], request: Mapping[s
     for condition in conditions:
         name = str(condition.get("name", ""))
         try:
-            result = _program(str(condition.get("expression", ""))).evaluate(activation)
+            program, lock = _program(str(condition.get("expression", "")))
+            with lock:
+                result = program.evaluate(activation)
         except ConditionError as exc:
             problems.append(f"compilation failed for {name}: {exc}")
             continue
