@@ -455,6 +455,9 @@ def test_a_hanging_webhook_delays_only_its_own_requests(kube: TestAPIServer, hoo
     for writer in writers:
         writer.join(30)
     assert results == [201] * 20
+    pool = kube.server._executor  # the threads started beyond the bound while the webhooks hung have ended
+    assert pool is not None
+    eventually(lambda: len(pool._threads) <= kube.server.storage_threads, timeout=10)
 
 
 def test_a_timeout_ends_the_wait(kube: TestAPIServer, hooks: WebhookServer) -> None:
