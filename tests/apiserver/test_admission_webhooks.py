@@ -230,6 +230,12 @@ def test_the_review_request_says_what_is_written(kube: TestAPIServer, hooks: Web
     assert "subResource" not in create
 
 
+def test_a_webhook_that_takes_only_v1beta1_gets_v1beta1(kube: TestAPIServer, hooks: WebhookServer) -> None:
+    configure(kube, VWC, "beta", webhook(hooks, "beta", "/beta", admissionReviewVersions=["v1beta1"]))
+    assert raw(kube, "POST", cm_path(), configmap("beta"))[0] == 201  # its v1beta1 answer is taken
+    assert [r["apiVersion"] for r in hooks.reviews("/beta")] == ["admission.k8s.io/v1beta1"]
+
+
 def test_rules_match_operations_resources_subresources_and_scope(kube: TestAPIServer,
                                                                  hooks: WebhookServer) -> None:
     def rule(resources: list[str], operations: list[str] | None = None, scope: str = "*",
