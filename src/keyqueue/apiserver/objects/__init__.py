@@ -24,7 +24,8 @@ The package, each module importing only those listed before it:
 Between them, for the built-in kinds with client-model specs: :mod:`.models` (the specs, derived from the
 client's models, before :mod:`.schemas`), :mod:`.defaults` (kube's ``SetDefaults_*``), :mod:`.strategy` (status
 subresource, generation, a Job's selector, a Service's cluster IP), :mod:`.kind_validity` (their 422 checks,
-before :mod:`.validity`), :mod:`.scale` (the ``/scale`` subresource's Scale) and :mod:`.printers` (their Table
+before :mod:`.validity`), :mod:`.webhook_validity` (the admission webhook configurations' 422 checks, before
+:mod:`.validity`), :mod:`.scale` (the ``/scale`` subresource's Scale) and :mod:`.printers` (their Table
 columns, before :mod:`.tables`).
 """
 
@@ -36,12 +37,15 @@ from .resources import (
     EVENTS,
     EVENTS_V1,
     LEASES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     RETURNS_DELETED,
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
     SELF_SUBJECT_REVIEWS,
     SELF_SUBJECT_RULES_REVIEWS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    WEBHOOK_CONFIGURATIONS,
     ResourceType,
     field_value,
     stored_type,
@@ -62,12 +66,15 @@ __all__ = [
     "LEASES",
     "MAX_ANNOTATION_BYTES",
     "MAX_CONFIGMAP_BYTES",
+    "MUTATING_WEBHOOK_CONFIGURATIONS",
     "NAMESPACES",
     "RETURNS_DELETED",
     "REVIEWS",
     "SELF_SUBJECT_ACCESS_REVIEWS",
     "SELF_SUBJECT_REVIEWS",
     "SELF_SUBJECT_RULES_REVIEWS",
+    "VALIDATING_WEBHOOK_CONFIGURATIONS",
+    "WEBHOOK_CONFIGURATIONS",
     "ResourceType",
     "age",
     "canonical",

@@ -1,7 +1,8 @@
 """The defaults kube-apiserver sets on the built-in kinds operators create (its ``SetDefaults_*`` functions).
 
 Applied to every create and update of a Pod, Service, Secret, PersistentVolumeClaim, workload (Deployment,
-StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, with their pod templates) and RoleBinding, before validation (as
+StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, with their pod templates), RoleBinding and admission webhook
+configuration, before validation (as
 kube decodes with defaulting).  Only fields that are unset are filled in.  Defaults that admission plugins or
 controllers set (a Pod's ``serviceAccountName``, its tolerations, ``priority``) are not: like envtest, this server
 runs no admission plugins beyond its own checks.
@@ -18,6 +19,7 @@ from .resources import (
     DAEMONSETS,
     DEPLOYMENTS,
     JOBS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     PODS,
     PVCS,
     REPLICASETS,
@@ -25,6 +27,7 @@ from .resources import (
     SECRETS,
     SERVICES,
     STATEFULSETS,
+    WEBHOOK_CONFIGURATIONS,
     ResourceType,
 )
 
@@ -162,6 +165,26 @@ _SPEC_DEFAULTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
 }
 
 
+def _webhooks(obj: dict[str, Any], mutating: bool) -> None:
+    """``admissionregistration/v1``'s ``SetDefaults_ValidatingWebhook``/``SetDefaults_MutatingWebhook``."""
+    for hook in obj.get("webhooks") or ():
+        if not isinstance(hook, dict):
+            continue
+        hook.setdefault("failurePolicy", "Fail")
+        hook.setdefault("matchPolicy", "Equivalent")
+        hook.setdefault("namespaceSelector", {})
+        hook.setdefault("objectSelector", {})
+        hook.setdefault("timeoutSeconds", 10)
+        if mutating:
+            hook.setdefault("reinvocationPolicy", "Never")
+        for rule in hook.get("rules") or ():
+            if isinstance(rule, dict):
+                rule.setdefault("scope", "*")
+        service = (hook.get("clientConfig") or {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
+
+
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
     """Set kube's defaults on ``obj`` (decoded, of ``rt``) in place; fields already set are left alone."""
     spec = obj.get("spec")
@@ -175,6 +198,8 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
         for subject in obj.get("subjects") or ():
             if isinstance(subject, dict) and subject.get("kind") in ("User", "Group"):
                 subject.setdefault("apiGroup", "rbac.authorization.k8s.io")
+    elif rt in WEBHOOK_CONFIGURATIONS:
+        _webhooks(obj, mutating=rt is MUTATING_WEBHOOK_CONFIGURATIONS)
     fill = _SPEC_DEFAULTS.get(rt.qualified_name)
     if fill is not None:
         if not isinstance(spec, dict):

@@ -49,7 +49,7 @@ from .resources import (
     ResourceType,
 )
 
-__all__ = ["kind_causes", "kind_update_causes", "name_rule"]
+__all__ = ["kind_causes", "kind_update_causes", "name_rule", "selector_causes", "selector_matches"]
 
 _Cause = tuple[str, str, str]
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -112,7 +112,7 @@ def _label_causes(field: str, labels: Mapping[str, Any]) -> list[_Cause]:
     return causes
 
 
-def _selector_causes(field: str, selector: Any) -> list[_Cause]:
+def selector_causes(field: str, selector: Any) -> list[_Cause]:
     """apimachinery's ``ValidateLabelSelector``."""
     if not isinstance(selector, Mapping):
         return []
@@ -133,7 +133,7 @@ def _selector_causes(field: str, selector: Any) -> list[_Cause]:
     return causes
 
 
-def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
@@ -198,15 +198,15 @@ def _replicated_causes(rt: ResourceType, obj: Mapping[str, Any]) -> list[_Cause]
     selector = spec.get("selector")
     if not selector:
         causes.append(_required("spec.selector"))
-    selector_causes = _selector_causes("spec.selector", selector) if selector else []
-    causes.extend(selector_causes)
+    selector_problems = selector_causes("spec.selector", selector) if selector else []
+    causes.extend(selector_problems)
     if selector and not selector.get("matchLabels") and not selector.get("matchExpressions"):
         causes.append(_invalid("spec.selector", _go_selector(selector), "empty selector is invalid for deployment"))
     template = spec.get("template") or {}
     labels = (template.get("metadata") or {}).get("labels") or {}
     # a selector that is itself invalid is not matched against the labels (kube cannot parse it either)
-    if selector and not selector_causes and (selector.get("matchLabels") or selector.get("matchExpressions")) \
-            and not _selector_matches(selector, labels):
+    if selector and not selector_problems and (selector.get("matchLabels") or selector.get("matchExpressions")) \
+            and not selector_matches(selector, labels):
         causes.append(_invalid("spec.template.metadata.labels", _go_map(labels),
                                "`selector` does not match template `labels`"))
     policies = ("Always",) if rt is not REPLICASETS else _RESTART_POLICIES
@@ -244,7 +244,7 @@ def kind_causes(rt: ResourceType, obj: Mapping[str, Any]) -> list[_Cause]:
     if rt in _REPLICATED:
         return _replicated_causes(rt, obj)
     if rt is JOBS:
-        return (_selector_causes("spec.selector", spec.get("selector"))
+        return (selector_causes("spec.selector", spec.get("selector"))
                 + _pod_spec_causes("spec.template.spec", (spec.get("template") or {}).get("spec"),
                                    ("OnFailure", "Never")))
     if rt is CRONJOBS:
@@ -270,7 +270,7 @@ def kind_causes(rt: ResourceType, obj: Mapping[str, Any]) -> list[_Cause]:
             causes.append(_unsupported("roleRef.kind", ref["kind"], kinds))
         return causes
     if rt is PDBS:
-        causes = _selector_causes("spec.selector", spec.get("selector"))
+        causes = selector_causes("spec.selector", spec.get("selector"))
         if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
             causes.append(_invalid("spec", json.dumps(spec, sort_keys=True),
                                    "minAvailable and maxUnavailable cannot be both set"))

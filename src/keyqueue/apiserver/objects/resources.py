@@ -30,6 +30,7 @@ __all__ = [
     "INGRESSES",
     "JOBS",
     "LEASES",
+    "MUTATING_WEBHOOK_CONFIGURATIONS",
     "NAMESPACES",
     "PDBS",
     "PODS",
@@ -48,6 +49,8 @@ __all__ = [
     "STATEFULSETS",
     "VALIDATING_ADMISSION_POLICIES",
     "VALIDATING_ADMISSION_POLICY_BINDINGS",
+    "VALIDATING_WEBHOOK_CONFIGURATIONS",
+    "WEBHOOK_CONFIGURATIONS",
     "WORKLOAD_KINDS",
     "ResourceType",
     "field_value",
@@ -210,6 +213,12 @@ WORKLOAD_KINDS: Final = (
     PODS, SERVICES, SECRETS, SERVICE_ACCOUNTS, ENDPOINTS, PVCS, DEPLOYMENTS, STATEFULSETS, DAEMONSETS, REPLICASETS,
     JOBS, CRONJOBS, INGRESSES, PDBS, ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES,
 )
+VALIDATING_WEBHOOK_CONFIGURATIONS: Final = _kind(
+    "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", (), _ADMISSION, namespaced=False)
+MUTATING_WEBHOOK_CONFIGURATIONS: Final = _kind(
+    "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", (), _ADMISSION, namespaced=False)
+#: The admission webhook configurations (:mod:`keyqueue.apiserver.admission` calls the webhooks they name).
+WEBHOOK_CONFIGURATIONS: Final = (VALIDATING_WEBHOOK_CONFIGURATIONS, MUTATING_WEBHOOK_CONFIGURATIONS)
 #: Types whose delete answers with the deleted object rather than a ``Status`` (as kube's registries of these
 #: kinds set ``ReturnDeletedObject``, and the official client expects: ``delete_namespaced_pod`` returns a V1Pod).
 RETURNS_DELETED: Final = frozenset({PODS, SERVICES, SERVICE_ACCOUNTS, PVCS})
@@ -218,7 +227,7 @@ REVIEWS: Final = (SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_RULES_REVIEWS, SELF_
 #: The built-in resource types, in discovery order.  What one server serves is its
 #: :class:`~keyqueue.apiserver.catalogue.Catalogue`: these, plus the custom resources of the CRDs stored in it.
 BUILTINS: Final = (CONFIGMAPS, NAMESPACES, EVENTS, LEASES, EVENTS_V1, CRDS, *REVIEWS, *WORKLOAD_KINDS,
-                   *ADMISSION_POLICY_KINDS)
+                   *ADMISSION_POLICY_KINDS, *WEBHOOK_CONFIGURATIONS)
 
 
 def stored_type(rt: ResourceType) -> ResourceType:

@@ -8,7 +8,7 @@ kube-apiserver's ``PrepareForCreate``/``PrepareForUpdate`` do to an object befor
   but the status (metadata included, as kube's ``ResetObjectMetaForStatus``);
 * ``metadata.generation``: 1 on create, one more on each update that changes ``spec`` (and any other field but
   ``metadata`` and ``status``), for the kinds whose controllers observe it (workloads, Pods, Ingresses,
-  PodDisruptionBudgets);
+  PodDisruptionBudgets) and the admission webhook configurations;
 * a Job's generated selector and pod labels (unless ``spec.manualSelector``);
 * a Secret's write-only ``stringData`` merged into ``data`` (base64);
 * a Service's ``clusterIP``/``clusterIPs`` allocated on create (ClusterIP, NodePort and LoadBalancer types), and
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from ..custom import keep_all_but_status
 from .defaults import apply_defaults
-from .resources import INGRESSES, JOBS, PDBS, PODS, PVCS, SECRETS, SERVICES, ResourceType
+from .resources import INGRESSES, JOBS, PDBS, PODS, PVCS, SECRETS, SERVICES, WEBHOOK_CONFIGURATIONS, ResourceType
 
 __all__ = ["prepare_builtin"]
 
@@ -36,7 +36,7 @@ _SERVICE_RANGE: Final = ipaddress.ip_network("10.96.0.0/12")
 
 
 def _tracks_generation(rt: ResourceType) -> bool:
-    return (rt.status and rt.qualified_name not in _NO_GENERATION) or rt in (INGRESSES, PDBS)
+    return (rt.status and rt.qualified_name not in _NO_GENERATION) or rt in (INGRESSES, PDBS, *WEBHOOK_CONFIGURATIONS)
 
 
 def _qos_class(spec: Mapping[str, Any]) -> str:

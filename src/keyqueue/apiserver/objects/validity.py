@@ -16,7 +16,8 @@ from ..errors import invalid
 from ..validation import event_causes, event_update_causes, namespace_finalizer_causes, owner_reference_causes
 from .codec import to_stored
 from .kind_validity import kind_causes, kind_update_causes, name_rule
-from .resources import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES, ResourceType, stored_type
+from .resources import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES, WEBHOOK_CONFIGURATIONS, ResourceType, stored_type
+from .webhook_validity import webhook_configuration_causes
 
 __all__ = ["MAX_ANNOTATION_BYTES", "MAX_CONFIGMAP_BYTES", "invalid_kind", "validate", "validate_update"]
 
@@ -121,6 +122,8 @@ def validate(rt: ResourceType, obj: Mapping[str, Any], *, creating: bool = True,
         causes.extend(_lease_causes(obj))
     if rt.model:
         causes.extend(kind_causes(rt, obj))
+    if rt in WEBHOOK_CONFIGURATIONS:
+        causes.extend(webhook_configuration_causes(rt, obj))
     if rt.custom is not None:
         causes.extend(rt.custom.causes(obj, old))
     if rt is NAMESPACES:

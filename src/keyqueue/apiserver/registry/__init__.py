@@ -29,8 +29,11 @@ update that removes the last one deletes the object instead of writing it.
 A delete's ``propagationPolicy`` sets the garbage collector's finalizers (``orphan``, ``foregroundDeletion``:
 :mod:`.propagation`); the collector thread of :mod:`.gc` acts on them and on ``ownerReferences``.
 
-Differences from kube-apiserver, on purpose: no admission chain beyond the
-namespace-exists check, no watch
+Every write passes admission (:mod:`~keyqueue.apiserver.admission`): the mutating webhooks before the object is
+checked against its schema (and its CRD's CEL rules), the ValidatingAdmissionPolicies and the validating webhooks
+after.
+
+Differences from kube-apiserver, on purpose: no in-tree admission plugins beyond the namespace-exists check, no watch
 cache for lists and gets (they read the backend; its watches are shared instead: the registry asks the backend to
 serve all of them, the garbage collector's included, from one stream, :meth:`~.storage.Backend.share_watches`), and
 a namespace's deletion is done within the DELETE call (no namespace controller):

@@ -16,9 +16,20 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..admission import Admission
 from ..apply import ApplyRequest
 from ..catalogue import Catalogue
-from ..objects import ResourceType, canonical, decode_typed, format_time, from_stored, stored_type, to_stored
+from ..objects import (
+    NAMESPACES,
+    WEBHOOK_CONFIGURATIONS,
+    ResourceType,
+    canonical,
+    decode_typed,
+    format_time,
+    from_stored,
+    stored_type,
+    to_stored,
+)
 from ..storage import Backend, BackendUnavailableError, KeyValue, ValueTooLargeError
 from .objectwatch import ObjectWatch
 from .options import WriteOptions
@@ -43,6 +54,8 @@ class RegistryBase(abc.ABC):
         self._watches: set[ObjectWatch] = set()
         self._lock = threading.Lock()
         self._recent = _RecentStates()
+        #: The admission webhooks every write passes (:mod:`~keyqueue.apiserver.admission`).
+        self.admission = Admission(backend, self.prefix, self._namespace_labels)
         backend.share_watches(self.prefix + "/")  # every watch of this registry (and its GC) is under it
 
     # ------------------------------------------------------------------ keys and codec
@@ -91,6 +104,8 @@ class RegistryBase(abc.ABC):
     def _written(self, rt: ResourceType, kv: KeyValue, stored: dict[str, Any]) -> dict[str, Any]:
         """After ``stored`` (:meth:`_stored_form`) was written as ``kv``: the API form, remembered for the update
         and the watch events that follow (for ``rt`` whose API form is its stored form, without parsing)."""
+        if rt in WEBHOOK_CONFIGURATIONS:  # in force for the writes that follow
+            self.admission.observe(kv.key, kv.mod_revision, stored)
         if not _plain(rt):
             self._recent.put(kv)
             return self.decode(kv, rt=rt)
@@ -122,6 +137,10 @@ class RegistryBase(abc.ABC):
             raise errors.not_found(rt.qualified_name, name)
         self._recent.put(kv)
         return self.decode(kv, rt=rt)
+
+    def _namespace_labels(self, name: str) -> dict[str, Any]:
+        """The labels of namespace ``name`` (for admission's ``namespaceSelector``); 404 if it does not exist."""
+        return dict(self.get(NAMESPACES, None, name)["metadata"].get("labels") or {})
 
     # ------------------------------------------------------------------ shared by the writes
     def decode_body(self, rt: ResourceType, body: Any, opts: WriteOptions) -> dict[str, Any]:

@@ -33,6 +33,9 @@ class WriteOptions:
     propagation_policy: str = ""
     #: Who writes (``metadata.managedFields``; :func:`~.managedfields.manager_from`); ``""``: the server itself.
     field_manager: str = ""
+    #: The requesting user as admission webhooks are told (``userInfo``: ``username``, ``groups``); ``None``: the
+    #: anonymous user.
+    user: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

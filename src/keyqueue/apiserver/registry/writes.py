@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .. import errors
+from ..admission import ANONYMOUS, Attributes
 from ..admission.policy import admit as admit_policies
 from ..apply import ApplyRequest
 from ..errors import APIError
@@ -20,6 +21,7 @@ from ..objects import (
     CRDS,
     NAMESPACES,
     RETURNS_DELETED,
+    WEBHOOK_CONFIGURATIONS,
     ResourceType,
     format_time,
     prepare_builtin,
@@ -106,10 +108,28 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
                     else:
                         obj.pop(part, None)
 
+    def _attributes(self, rt: ResourceType, operation: str, namespace: str | None, name: str,
+                    obj: dict[str, Any] | None, old: dict[str, Any] | None, opts: WriteOptions,
+                    subresource: str = "") -> Attributes:
+        """A write as admission sees it; the webhooks' warnings go to ``opts.warnings``."""
+        return Attributes(rt, operation, namespace if rt.namespaced else None, name, obj, old, subresource,
+                          opts.dry_run, opts.user or dict(ANONYMOUS), opts.field_manager, opts.propagation_policy,
+                          opts.warnings)
+
+    def _mutating_admission(self, attrs: Attributes) -> dict[str, Any]:
+        """The object of ``attrs`` as the mutating webhooks leave it (each patch decoded as a request body is, its
+        unknown fields dropped)."""
+        rt = attrs.rt
+        quiet = WriteOptions(field_validation="Ignore")
+        obj = self.admission.mutate(attrs, lambda patched: self.decode_body(rt, patched, quiet))
+        assert obj is not None
+        return obj
+
     def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions, *,
                apply: ApplyRequest | None = None) -> dict[str, Any]:
         """Create an object (POST).  ``body`` is the decoded JSON request body.  405 for a custom resource whose
-        CRD is being deleted.  ``apply``: a server-side apply creating the object (its managedFields)."""
+        CRD is being deleted.  ``apply``: a server-side apply creating the object (its managedFields).  Admission
+        webhooks are called (blocking, each at most its timeout) before the object is stored."""
         if rt.custom is not None and rt.custom.terminating:
             raise errors.APIError(405, "MethodNotAllowed",
                                   "create not allowed while custom resource definition is terminating")
@@ -118,6 +138,10 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
         self._check_namespace(rt, obj, namespace)
         if meta.get("resourceVersion"):
             raise errors.internal_error("resourceVersion should not be set on objects to be created")
+        attrs = self._attributes(rt, "CREATE", namespace, meta.get("name", ""), obj, None, opts)
+        obj = self._mutating_admission(attrs)
+        meta = obj["metadata"]
+        self._check_namespace(rt, obj, namespace)
         generate = meta.get("generateName", "") if not meta.get("name") else ""
         if generate:
             meta["name"] = generate + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
@@ -130,6 +154,8 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
             meta["managedFields"] = managed
         validate(rt, obj)
         admit_policies(self, rt, "CREATE", obj, None, namespace, opts.warnings, dry_run=opts.dry_run)
+        attrs.obj = obj
+        self.admission.validate(attrs)
         guard = self._namespace_guard(rt, namespace, meta["name"])
         for _attempt in range(8):
             key = self.key(rt, namespace, meta["name"])
@@ -207,6 +233,8 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
                         self._finish_namespace(namespace)
                     if rt is CRDS:
                         self._unserve_crd(new, kv.mod_revision + 1)
+                    if rt in WEBHOOK_CONFIGURATIONS:
+                        self.admission.observe(key, result.revision, None)
                     if rt.custom is not None:
                         self._finish_crd(rt.custom.crd_name)
                     return _with_rv(new, kv.mod_revision)
@@ -227,9 +255,12 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
         self, rt: ResourceType, namespace: str | None, name: str, new: dict[str, Any], current: dict[str, Any],
         opts: WriteOptions,
         subresource: str = "",
+        admit: bool = True,
         *,
         apply: ApplyRequest | None = None,
     ) -> dict[str, Any]:
+        """The checks and the strategy of an update of ``current`` to ``new``, with the admission webhooks
+        (``admit``; a ``/scale`` write has none)."""
         meta = new["metadata"]
         if not meta.get("name"):
             meta["name"] = name
@@ -241,6 +272,14 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
         rv = meta.get("resourceVersion", "")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.qualified_name, name, _CONFLICT_MSG)
+        attrs = self._attributes(rt, "UPDATE", namespace, name, new, current, opts, subresource)
+        if admit:
+            new = self._mutating_admission(attrs)
+            self._check_namespace(rt, new, namespace)
+            if new["metadata"].get("name") != name:  # a webhook renamed it
+                raise errors.invalid(rt.kind, rt.qualified_name, name, [
+                    ("FieldValueInvalid", "metadata.name",
+                     f"Invalid value: {json.dumps(new['metadata'].get('name'))}: field is immutable")])
         self._prepare(rt, new, current)
         self._prepare_extension(rt, new, current, subresource)
         prepare_builtin(rt, new, current, subresource)
@@ -260,6 +299,9 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
                     "FieldValueForbidden", "metadata.finalizers",
                     "Forbidden: no new finalizers can be added if the object is being deleted, found new "
                     "finalizers []string{" + ", ".join(json.dumps(f) for f in added) + "}")])
+        if admit:
+            attrs.obj = new
+            self.admission.validate(attrs)
         return new
 
     def update(
@@ -314,7 +356,7 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
             new = _clone(current)
             new.setdefault("spec", {})["replicas"] = replicas
             new["metadata"].pop("resourceVersion", None)
-            return self._update_checks(rt, namespace, name, new, current, opts, "scale")
+            return self._update_checks(rt, namespace, name, new, current, opts, "scale", admit=False)
 
         return scale_of(self._guaranteed_update(rt, namespace, name, mutate, opts))
 
@@ -350,7 +392,10 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
                         f"Precondition failed: {label} in precondition: {want}, "
                         f"{label} in object meta: {meta.get(field_name)}",
                     )
+            attrs = self._attributes(rt, "DELETE", namespace, name, None, current, opts)
+            self.admission.mutate(attrs, lambda patched: patched)  # a delete has no object to patch
             admit_policies(self, rt, "DELETE", None, current, namespace, opts.warnings, dry_run=opts.dry_run)
+            self.admission.validate(attrs)
             if rt is NAMESPACES:
                 if name in SYSTEM_NAMESPACES:
                     raise errors.forbidden(rt.name, name, "this namespace may not be deleted")
@@ -383,6 +428,8 @@ class Registry(ServerSideApply, CrdLifecycle, NamespaceLifecycle, ListWatch):
             result = self._backend_call(self.backend.delete, key, kv.mod_revision)
             if result.succeeded:
                 self._recent.forget(key)
+                if rt in WEBHOOK_CONFIGURATIONS:
+                    self.admission.observe(key, result.revision, None)
                 if rt is CRDS:
                     self._delete_custom_objects(current)  # any created while it was going
                 if namespace is not None and meta.get("deletionTimestamp"):

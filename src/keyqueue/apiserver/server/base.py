@@ -88,8 +88,9 @@ class ServerBase:
         return http.open_connections if http is not None else 0
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a storage call: on the loop for a non-blocking backend, else in the bounded thread pool."""
-        if not self._blocking:
+        """Run a storage call: on the loop for a non-blocking backend (unless admission webhooks are configured: a
+        write may then wait for them), else in the bounded thread pool."""
+        if not self._blocking and not self.registry.admission.active():
             return fn(*args)
         executor = self._executor
         if executor is None:

@@ -30,13 +30,13 @@ class CrudRoutes(Reviews):
     """The handlers of a collection (``GET``, ``POST``, ``DELETE``) and of one object (``GET``, ``PUT``, ``PATCH``,
     ``DELETE``), and the write and delete options they read from the request."""
 
-    @staticmethod
-    def _options(req: _Request) -> WriteOptions:
+    def _options(self, req: _Request) -> WriteOptions:
         dry_run = req.query.get("dryRun", [])
         if any(v != "All" for v in dry_run):
             raise errors.bad_request(f"unsupported dryRun value {dry_run!r}: only All is supported")
         return WriteOptions(dry_run=bool(dry_run), field_validation=req.arg("fieldValidation", "Warn"),
-                            field_manager=manager_from(req.arg("fieldManager"), req.http.headers.get("User-Agent", "")))
+                            field_manager=manager_from(req.arg("fieldManager"), req.http.headers.get("User-Agent", "")),
+                            user=self._user_info(req.http))
 
     @staticmethod
     def _json_body(req: _Request, rt: ResourceType) -> Any:
@@ -78,11 +78,10 @@ class CrudRoutes(Reviews):
                                         "items": items})
         raise errors.method_not_allowed(req.method)
 
-    @staticmethod
-    def _delete_options(req: _Request) -> tuple[WriteOptions, dict[str, Any] | None]:
+    def _delete_options(self, req: _Request) -> tuple[WriteOptions, dict[str, Any] | None]:
         """A delete's options (query and ``DeleteOptions`` body): dry run, ``propagationPolicy`` (or the
         deprecated ``orphanDependents``; 422 for an unknown one or both) and the preconditions."""
-        opts = CrudRoutes._options(req)
+        opts = self._options(req)
         preconditions = None
         policy = req.arg("propagationPolicy")
         if req.body.strip():

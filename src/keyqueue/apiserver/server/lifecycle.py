@@ -58,6 +58,7 @@ class APIServer(Router):
             self._http, self._executor = http, executor
             self._gc = GarbageCollector(self.registry)
             self._gc.start()
+            self.registry.admission.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving; blocks until the server's threads ended (up to ``timeout`` s each).  Idempotent."""
@@ -69,6 +70,7 @@ class APIServer(Router):
             self.stopping = True
         if gc is not None:
             gc.stop(timeout)
+        self.registry.admission.stop(timeout)
         http.stop(timeout)
         if executor is not None:
             executor.shutdown()

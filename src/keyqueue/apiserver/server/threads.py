@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from ..blocking import bind_thread
 from ..registry import ObjectWatch
 
 T = TypeVar("T")
@@ -28,6 +29,10 @@ class _StoragePool:
     ``loop.run_in_executor`` adds: about half its cost per call, measured).  Threads start as calls need them.  A
     call whose awaiting task was cancelled still runs to its end; its result is dropped.  :meth:`shutdown` refuses
     new calls, cancels the queued ones that no thread has started and waits for the running ones.
+
+    A thread that waits on something outside the server (an admission webhook: :mod:`~keyqueue.apiserver.blocking`)
+    does not count against ``threads`` while it waits: another thread starts if calls are queued, and the surplus
+    threads end once the waits are over.
     """
 
     def __init__(self, threads: int, name: str) -> None:
@@ -38,6 +43,7 @@ class _StoragePool:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._outstanding = 0  # calls queued or running (under _lock)
+        self._outside = 0  # threads waiting outside the server (under _lock)
         self._closed = False
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -49,14 +55,35 @@ class _StoragePool:
                 raise RuntimeError("the storage pool is shut down")
             self._queue.put((loop, fut, fn, args))
             self._outstanding += 1
-            if self._outstanding > len(self._threads) and len(self._threads) < self._max_threads:
-                thread = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}",
-                                          daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            self._grow()
         return fut
 
+    def _grow(self) -> None:
+        """Start a thread if a call waits for one and the bound allows (under ``_lock``)."""
+        if self._outstanding > len(self._threads) and len(self._threads) - self._outside < self._max_threads \
+                and not self._closed:
+            thread = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _enter_outside(self) -> None:
+        with self._lock:
+            self._outside += 1
+            self._grow()
+
+    def _leave_outside(self) -> None:
+        with self._lock:
+            self._outside -= 1
+
+    def _surplus(self) -> bool:
+        """Whether the current thread should end: more threads than the bound allow (under ``_lock``)."""
+        if len(self._threads) - self._outside <= self._max_threads or self._closed:
+            return False
+        self._threads.remove(threading.current_thread())
+        return True
+
     def _work(self) -> None:
+        bind_thread(self._enter_outside, self._leave_outside)
         while (item := self._queue.get()) is not None:
             loop, fut, fn, args = item
             try:
@@ -68,7 +95,10 @@ class _StoragePool:
             finally:
                 with self._lock:
                     self._outstanding -= 1
+                    surplus = self._surplus()
             del item, fut, args  # hold nothing of a finished call while waiting for the next
+            if surplus:
+                return
 
     @staticmethod
     def _deliver(loop: asyncio.AbstractEventLoop, how: Callable[[asyncio.Future[Any], Any], None],
