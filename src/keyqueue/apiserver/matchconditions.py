@@ -1,12 +1,12 @@
-"""The CEL expressions of an admission webhook's ``matchConditions``, compiled and evaluated with cel-python
-(``celpy``, a pure-Python implementation of Google's CEL).
+"""The CEL expressions of an admission webhook's ``matchConditions``, compiled and evaluated with the server's CEL
+engine (:mod:`keyqueue.apiserver.cel`: cel-python with the Kubernetes CEL libraries).
 
 An expression sees kube's variables: ``object`` and ``oldObject`` (``null`` where the operation has none) and
-``request`` (the ``AdmissionReview`` request without them).  It must give a bool.  Kube's CEL libraries beyond the
-standard ones (``authorizer``, Kubernetes' list, regex and URL functions) are not available here.
+``request`` (the ``AdmissionReview`` request without them), all untyped (``dyn``).  It must give a bool.  The
+``authorizer`` variable is not available.
 
-Compiled programs are cached per expression text (the cache is bounded; thread-safe).  A program is evaluated by
-one thread at a time: celpy's evaluator walks the shared syntax tree, and is not documented as safe to share.
+Compiled programs are cached per expression text (the cache is bounded; thread-safe); a program may be evaluated by
+many threads at once.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import celpy
 from celpy import celtypes
-from celpy.adapter import json_to_cel
+
+from .cel import CelEvalError, CelSyntaxError, Program, to_cel
+from .cel.types import DYN
 
 __all__ = ["ConditionError", "compile_error", "conditions_match"]
 
 _MAX_CACHED: Final = 1024
-_env = celpy.Environment()
-_programs: dict[str, tuple[Any, threading.Lock]] = {}
+_DECLS: Final = {"object": DYN, "oldObject": DYN, "request": DYN}
+_programs: dict[str, Program] = {}
 _lock = threading.Lock()
 
 
@@ -31,20 +32,20 @@ class ConditionError(Exception):
     """A condition that does not compile, fails to evaluate or gives something other than a bool."""
 
 
-def _program(expression: str) -> tuple[Any, threading.Lock]:
-    """The compiled program of ``expression`` and the lock its evaluations take."""
+def _program(expression: str) -> Program:
+    """The compiled program of ``expression``; raises :class:`ConditionError` if it does not compile."""
     with _lock:
         cached = _programs.get(expression)
     if cached is not None:
         return cached
     try:
-        program = _env.program(_env.compile(expression))
-    except Exception as exc:  # celpy raises its parser's and its compiler's own error types
-        raise ConditionError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+        program = Program(expression, _DECLS)
+    except CelSyntaxError as exc:
+        raise ConditionError(str(exc).strip().splitlines()[0] if str(exc).strip() else "does not compile") from None
     with _lock:
         if len(_programs) >= _MAX_CACHED:
             _programs.clear()
-        return _programs.setdefault(expression, (program, threading.Lock()))
+        return _programs.setdefault(expression, program)
 
 
 def compile_error(expression: str) -> str | None:
@@ -61,24 +62,22 @@ def conditions_match(conditions: Sequence[Mapping[str, Any]], request: Mapping[s
     (its ``object``, ``oldObject`` and the rest).  As kube: a false condition ends the check at once (False); an
     error is raised (:class:`ConditionError`, naming the condition) only when no condition is false."""
     activation = {
-        "object": json_to_cel(request.get("object")),
-        "oldObject": json_to_cel(request.get("oldObject")),
-        "request": json_to_cel({k: v for k, v in request.items() if k not in ("object", "oldObject")}),
+        "object": to_cel(request.get("object"), None),
+        "oldObject": to_cel(request.get("oldObject"), None),
+        "request": to_cel({k: v for k, v in request.items() if k not in ("object", "oldObject")}, None),
     }
     problems: list[str] = []
     for condition in conditions:
         name = str(condition.get("name", ""))
         try:
-            program, lock = _program(str(condition.get("expression", "")))
-            with lock:
-                result = program.evaluate(activation)
+            result = _program(str(condition.get("expression", ""))).evaluate(activation)
         except ConditionError as exc:
             problems.append(f"compilation failed for {name}: {exc}")
             continue
-        except Exception as exc:  # celpy's evaluation errors (no such key, type mismatch)
-            problems.append(f"expression {name} resulted in error: {exc.args[0] if exc.args else exc}")
+        except CelEvalError as exc:  # no such key, no such overload, ...
+            problems.append(f"expression {name} resulted in error: {exc}")
             continue
-        if not isinstance(result, celtypes.BoolType):
+        if not isinstance(result, bool | celtypes.BoolType):
             problems.append(f"expression {name} resulted in a {type(result).__name__}, not a bool")
         elif not result:
             return False
