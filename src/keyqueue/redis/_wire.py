@@ -146,12 +146,19 @@ def note_address(exc: BaseException, conn: Any) -> None:
 
 def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
     # One command (and ``then`` right behind it, in the same send) and their replies; NOSCRIPT answered by ``load``
-    # and the command once more. With ``then`` the result is [reply, then's reply]. Every reply sent for is read,
-    # also when the command's is an error, so that the connection stays in step; any other failure (a timeout, a
-    # reset) disconnects it, whatever the connection class does on its own (Sentinel's keeps the connection on a
-    # read timeout, which would leave the late reply for the next command).
+    # and the command once more (_after_error). With ``then`` the result is [reply, then's reply]. Every reply sent
+    # for is read, also when the command's is an error, so that the connection stays in step; any other failure (a
+    # timeout, a reset) disconnects it, whatever the connection class does on its own (Sentinel's keeps the
+    # connection on a read timeout, which would leave the late reply for the next command).
     try:
-        return _exchange_once(conn, packed, load, then, budget)
+        conn.send_packed_command((packed,) if then is None else (packed, then))
+        try:
+            reply = conn.read_response() if budget is None else conn.read_response(timeout=budget)
+        except rx.ResponseError as exc:
+            reply = _after_error(conn, exc, packed, load, then, budget)
+        if then is None:
+            return reply
+        return [reply, conn.read_response() if budget is None else conn.read_response(timeout=budget)]
     except rx.ResponseError:
         raise
     except BaseException:
@@ -159,27 +166,26 @@ def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, 
         raise
 
 
-def _exchange_once(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
+def _after_error(conn: Any, exc: rx.ResponseError, packed: bytes, load: bytes | None, then: bytes | None,
+                 budget: float | None) -> Any:
+    # The command's reply was an error: the reply to ``then`` is read (the connection stays in step); NOSCRIPT with
+    # a ``load`` loads the script and sends the command (and ``then``) once more: the new reply, ``then``'s still to
+    # read. Any other error is raised.
     def read() -> Any:
         return conn.read_response() if budget is None else conn.read_response(timeout=budget)
 
-    conn.send_packed_command((packed,) if then is None else (packed, then))
+    if then is not None:
+        read()
+    if load is None or not isinstance(exc, rx.NoScriptError):
+        raise exc
+    conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+    read()
     try:
-        reply = read()
-    except rx.ResponseError as exc:
+        return read()
+    except rx.ResponseError:
         if then is not None:
             read()
-        if load is None or not isinstance(exc, rx.NoScriptError):
-            raise
-        conn.send_packed_command((load, packed) if then is None else (load, packed, then))
-        read()
-        try:
-            reply = read()
-        except rx.ResponseError:
-            if then is not None:
-                read()
-            raise
-    return reply if then is None else [reply, read()]
+        raise
 
 
 class SyncWire:
