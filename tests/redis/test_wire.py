@@ -75,13 +75,14 @@ def test_an_asyncio_connection_the_server_closed_is_reconnected_before_use(redis
     async def main() -> None:
         async with rq.Queue(f"wire-{uuid.uuid4().hex[:8]}", url=redis_url) as q:
             assert await q.add("a") == AddResult.QUEUED
-            socks = [c._writer.get_extra_info("socket") for c in q._wire._idle if c.is_connected]
+            conns = [c for c in q._wire._idle if c.is_connected]
+            socks = [c._writer.get_extra_info("socket") for c in conns]
             assert _kill(rclient, socks) == 1
-            # The server's close has arrived (the socket is readable: end of stream) and the loop has had a turn to
-            # read it: from then on the connection is known to be closed before it is used.
+            # Wait until the loop has read the server's end of stream into the connection's reader: from then on
+            # the connection is known to be closed before it is used (a parser raises on it, it is not a reply).
             readable, _, _ = select.select(socks, [], [], 30)
             assert readable, "the server did not close the connection"
-            for _ in range(3):
+            while not all(c._reader.at_eof() for c in conns):
                 await asyncio.sleep(0)
             assert await q.add("b") == AddResult.QUEUED
             assert await q.len() == 2

@@ -34,6 +34,7 @@ import urllib.parse
 from typing import Any, Final
 
 from keyqueue._procs import die_with_parent, wait_or_kill
+from keyqueue._signals import recorded_signals
 from keyqueue.lab.api_writer import ApiWriter, TriggerError, write_trigger
 from keyqueue.lab.trigger_server import TriggerServer, trigger_answer
 
@@ -109,13 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--run-id", required=True)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pipeline stops this process in order
+    with recorded_signals(signal.SIGTERM) as terminated:  # see keyqueue._signals: no Event.set() in a handler
+        return _serve(args, terminated)
 
+
+def _serve(args: argparse.Namespace, terminated: list[int]) -> int:
     from kubernetes import client
     from kubernetes import config as kube_config
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pipeline stops this process in order
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     conf = client.Configuration()
     load: Any = kube_config.load_kube_config
     load(config_file=args.kubeconfig, client_configuration=conf)
@@ -148,11 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         server.run(triggers.list_existing())
         threading.Thread(target=commands, name="trigger-process-commands", daemon=True).start()
         say(f"ready port={server.port} pid={os.getpid()}")
-        while not stop.wait(0.5):
+        while not stop.wait(0.5) and not terminated:
             pass
     finally:
         server.stop(5.0)  # triggers in flight finish first
-    flush("final")
+    try:
+        flush("final")
+    except BrokenPipeError:  # the pipeline died: nobody reads the records; exit without a second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -379,7 +379,7 @@ class AsyncWire:
         check = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis-py < 8: the older name
         try:
             return bool(await check())
-        except OSError:
+        except (OSError, rx.ConnectionError):  # the parser saw the server's end of stream
             return True
 
     async def _give(self, conn: Any) -> None:
