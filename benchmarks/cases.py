@@ -497,7 +497,7 @@ def _reconcile_scaling(kinds: tuple[str, ...], n_keys: int) -> Callable[[Context
     # background load; the first kind's one-worker runs are this row, the others become the rows that read them
     # (_scaling_row).
     def run(ctx: Context) -> Measurement:
-        counts = _aio_worker_counts() if kinds == ("aio",) else _worker_counts()
+        counts = _aio_worker_counts() if kinds[0] == "aio" else _worker_counts()
         runs: dict[str, list[dict[str, Any]]] = {f"{k}.{w}": [] for k in kinds for w in counts}
         for i in range(ctx.size(5, 1)):
             order = [(k, w) for w in counts for k in kinds]
@@ -688,20 +688,23 @@ def build_cases(smoke: bool) -> list[Case]:
              checks=(Check("violations > 0 (detector works)", "gt", 0, field="violations"),)),
     ]
     # Two workers reconcile at least 1.7x the keys of one where threads run in parallel (no GIL); with a GIL the
-    # rows are informative (threads take turns). scale.bare.* is the same reconcile on plain threads, no queue.
+    # rows are informative (threads take turns). scale.bare.* is the same reconcile on plain threads, no queue;
+    # scale.aio_bare.* the same asyncio.to_thread calls from plain tasks, no queue.
     n_scale = size(4_000, 200)
     groups = (("threads", "Controller, worker threads", ("threads", "bare")),
-              ("aio", "aio.Controller, asyncio.to_thread", ("aio",)))
+              ("aio", "aio.Controller, asyncio.to_thread", ("aio", "aio_bare")))
     for kind, label, kinds in groups:
         first = f"scale.{kind}.1"
         cases.append(Case(first, f"{label}: 1 worker", G_CORES, _reconcile_scaling(kinds, n_scale)))
         for k in kinds:
-            for w in _aio_worker_counts() if k == "aio" else _worker_counts():
+            for w in _aio_worker_counts() if kind == "aio" else _worker_counts():
                 if k == kind and w == 1:
                     continue
                 rid = f"scale.{k}.{w}"
+                plural = "s" if w > 1 else ""
                 name = (f"{label}: {w} workers" if k == kind else
-                        f"baseline: the same calls on {w} plain thread{'s' if w > 1 else ''}, no queue")
+                        f"baseline: the same calls on {w} plain thread{plural}, no queue" if k == "bare" else
+                        f"baseline: the same asyncio.to_thread calls from {w} plain task{plural}, no queue")
                 base = f"scale.{k}.1" if w > 1 else None
                 checks = ((Check("≥ 1.7x one worker (no GIL)", "ge", 1.7, ref=first),)
                           if k == kind and w == 2 and not gil.GIL else ())

@@ -134,8 +134,22 @@ def reconcile_throughput(kind: str, workers: int, *, n_keys: int = 2000, work_us
             return start
 
         t0 = asyncio.run(main())
+    elif kind == "aio_bare":
+        async def bare_main() -> float:
+            async def calls(k: int) -> None:
+                for _ in range(k):
+                    await asyncio.to_thread(spin, rounds)
+                    finish.one()
+
+            share = [n_keys // workers + (i < n_keys % workers) for i in range(workers)]
+            start = time.perf_counter()
+            async with asyncio.timeout(_RUN_TIMEOUT_S):
+                await asyncio.gather(*(calls(k) for k in share))
+            return start
+
+        t0 = asyncio.run(bare_main())
     else:
-        raise ValueError(f"kind must be 'threads', 'aio' or 'bare', got {kind!r}")
+        raise ValueError(f"kind must be 'threads', 'aio', 'bare' or 'aio_bare', got {kind!r}")
     elapsed = finish.at - t0
     return {"kind": kind, "workers": workers, "keys": n_keys, "work_us": work_us, "spin_rounds": rounds,
             "elapsed_s": elapsed, "keys_per_s": n_keys / elapsed}
