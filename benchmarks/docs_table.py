@@ -136,7 +136,7 @@ def render_scaling(reports: Sequence[Mapping[str, Any]]) -> str:
         gil = next((r["extra"].get("gil") for r in report["results"] if r["id"].endswith(".1")), None)
         return f"{m['python']}{'' if gil is None else (' (GIL)' if gil else ' (free-threaded)')}"
 
-    prefixes = ("scale.threads.", "scale.bare.", "scale.aio.")
+    prefixes = ("scale.threads.", "scale.bare.", "scale.aio.", "scale.aio_bare.")
     by_report = [{r["id"]: r for r in report["results"] if r["id"].startswith(prefixes)} for report in reports]
     order = list(dict.fromkeys(rid for rows in by_report for rid in rows))
     head = ["controller, workers", *(build(report) for report in reports)]
