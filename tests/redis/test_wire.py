@@ -82,8 +82,9 @@ def test_an_asyncio_connection_the_server_closed_is_reconnected_before_use(redis
             # the connection is known to be closed before it is used (a parser raises on it, it is not a reply).
             readable, _, _ = select.select(socks, [], [], 30)
             assert readable, "the server did not close the connection"
-            while not all(c._reader.at_eof() for c in conns):
-                await asyncio.sleep(0)
+            async with asyncio.timeout(30):
+                while not all(c._reader.at_eof() for c in conns):
+                    await asyncio.sleep(0)
             assert await q.add("b") == AddResult.QUEUED
             assert await q.len() == 2
             await q.delete()
