@@ -150,6 +150,38 @@ def test_wait_replicas_acknowledges_only_what_a_replica_has(pair: tuple[RedisSer
         direct.close()
 
 
+def test_a_repeated_add_is_acknowledged_only_once_a_replica_has_the_first(
+        pair: tuple[RedisServer, RedisServer]) -> None:
+    # The first add ran on the primary but no replica confirmed it; repeated through another handle (its own
+    # connections, whose calls so far wrote nothing) it finds the key queued (DEDUP) and writes nothing itself.
+    # WAIT waits only for its connection's own writes: without the handle's write before it, that second add was
+    # confirmed at once by a replica that never got the first (Redis 7 and later; Redis 6.2 waited anyway).
+    primary, replica = pair
+    name = _name()
+    first = keyqueue.redis.Queue(name, url=primary.url, wait_replicas=(1, 2.0))
+    again = keyqueue.redis.Queue(name, url=primary.url, wait_replicas=(1, 0.3))
+    try:
+        assert first.add("warm-up") is AddResult.QUEUED
+        assert again.add("warm-up") is AddResult.DEDUP
+        assert replica.pid is not None
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisUnavailable):
+                first.add("k")
+            with pytest.raises(RedisUnavailable) as info:
+                again.add("k")
+            assert info.value.code == "NOREPLICAS"
+            with pytest.raises(RedisUnavailable):
+                again.add_many(["k"])
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        assert again.add("k") is AddResult.DEDUP  # now confirmed
+    finally:
+        first.delete()
+        first.close()
+        again.close()
+
+
 def test_wait_replicas_asyncio(pair: tuple[RedisServer, RedisServer]) -> None:
     primary, replica = pair
 
@@ -196,8 +228,10 @@ def test_sentinel_failover_under_load_keeps_the_ledger(fault: str) -> None:
         ledger = _Ledger()
         stop = threading.Event()
         stop_adding = threading.Event()
-        threads = [threading.Thread(target=ledger.guard, args=(ledger.produce, handles[0], stop_adding))]
-        threads += [threading.Thread(target=ledger.guard, args=(ledger.consume, q, stop)) for q in handles[1:]]
+        threads = [threading.Thread(target=ledger.guard, args=(ledger.produce, handles[0], stop_adding),
+                                    name="ledger-producer")]
+        threads += [threading.Thread(target=ledger.guard, args=(ledger.consume, q, stop), name=f"ledger-consumer-{i}")
+                    for i, q in enumerate(handles[1:])]
         for t in threads:
             t.start()
         try:
@@ -217,7 +251,7 @@ def test_sentinel_failover_under_load_keeps_the_ledger(fault: str) -> None:
             seen = len(ledger.handed)
             eventually(lambda: len(ledger.handed) >= seen + 20, timeout=60)
             stop_adding.set()
-            eventually(lambda: ledger.acked <= ledger.handed, timeout=30)  # every acknowledged add comes out
+            eventually(lambda: ledger.all_handed(setup, name), timeout=30)  # every acknowledged add comes out
         finally:
             stop_adding.set()
             stop.set()
@@ -247,6 +281,22 @@ class _Ledger:
         self.tokens: list[int] = []
         self.overlaps: list[str] = []
         self.failures: list[BaseException] = []
+
+    def all_handed(self, setup: Any, name: str) -> bool:
+        """Every acknowledged key was handed out; else AssertionError with where the first missing ones are."""
+        with self.lock:
+            missing = sorted(self.acked - self.handed)[:5]
+        if not missing:
+            return True
+        host, port = setup.master_address()
+        prefix = f"kq:{{{name}}}:"
+        with contextlib.closing(redis.Redis(host=host, port=port, decode_responses=True, socket_timeout=2)) as c:
+            where = {key: (c.hget(prefix + "state", key), c.zscore(prefix + "proc", key),
+                           c.lpos(prefix + "fifo", key)) for key in missing}
+            shape = (c.llen(prefix + "fifo"), c.zcard(prefix + "proc"), c.get(prefix + "due"), c.time(),
+                     [t.is_alive() for t in threading.enumerate() if t.name.startswith("ledger-")])
+        raise AssertionError(f"not handed out (state, proc score, fifo index): {where}; fifo, proc, due, time, "
+                             f"workers alive: {shape}; failures: {self.failures!r}")
 
     def guard(self, fn: Any, q: Any, stop: threading.Event) -> None:
         try:

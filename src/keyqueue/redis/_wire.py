@@ -144,21 +144,23 @@ def note_address(exc: BaseException, conn: Any) -> None:
         exc.keyqueue_address = address_of(conn)  # type: ignore[attr-defined]
 
 
-def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, budget: float | None) -> Any:
-    # One command (and ``then`` right behind it, in the same send) and their replies; NOSCRIPT answered by ``load``
-    # and the command once more (_after_error). With ``then`` the result is [reply, then's reply]. Every reply sent
-    # for is read, also when the command's is an error, so that the connection stays in step; any other failure (a
-    # timeout, a reset) disconnects it, whatever the connection class does on its own (Sentinel's keeps the
-    # connection on a read timeout, which would leave the late reply for the next command).
+def _exchange(conn: Any, packed: bytes, load: bytes | None, then: tuple[bytes, ...] | None,
+              budget: float | None) -> Any:
+    # One command (and the commands of ``then`` right behind it, in the same send) and their replies; NOSCRIPT
+    # answered by ``load`` and the command once more (_after_error). With ``then`` the result is [reply, the last
+    # of then's replies]. Every reply sent for is read, also when the command's is an error, so that the connection
+    # stays in step; any other failure (a timeout, a reset) disconnects it, whatever the connection class does on
+    # its own (Sentinel's keeps the connection on a read timeout, which would leave the late reply for the next
+    # command).
     try:
-        conn.send_packed_command((packed,) if then is None else (packed, then))
+        conn.send_packed_command((packed,) if then is None else (packed, *then))
         try:
             reply = conn.read_response() if budget is None else conn.read_response(timeout=budget)
         except rx.ResponseError as exc:
             reply = _after_error(conn, exc, packed, load, then, budget)
         if then is None:
             return reply
-        return [reply, conn.read_response() if budget is None else conn.read_response(timeout=budget)]
+        return [reply, _read_then(conn, then, budget)]
     except rx.ResponseError:
         raise
     except BaseException:
@@ -166,25 +168,39 @@ def _exchange(conn: Any, packed: bytes, load: bytes | None, then: bytes | None, 
         raise
 
 
-def _after_error(conn: Any, exc: rx.ResponseError, packed: bytes, load: bytes | None, then: bytes | None,
-                 budget: float | None) -> Any:
-    # The command's reply was an error: the reply to ``then`` is read (the connection stays in step); NOSCRIPT with
-    # a ``load`` loads the script and sends the command (and ``then``) once more: the new reply, ``then``'s still to
-    # read. Any other error is raised.
-    def read() -> Any:
-        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+def _read_then(conn: Any, then: tuple[bytes, ...], budget: float | None) -> Any:
+    # The replies of ``then``'s commands, all of them (the connection stays in step): the last one, or the first
+    # error reply among them, raised once all are read.
+    error: rx.ResponseError | None = None
+    last = None
+    for _ in then:
+        try:
+            last = conn.read_response() if budget is None else conn.read_response(timeout=budget)
+        except rx.ResponseError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return last
 
+
+def _after_error(conn: Any, exc: rx.ResponseError, packed: bytes, load: bytes | None, then: tuple[bytes, ...] | None,
+                 budget: float | None) -> Any:
+    # The command's reply was an error: the replies to ``then`` are read (the connection stays in step); NOSCRIPT
+    # with a ``load`` loads the script and sends the command (and ``then``) once more: the new reply, ``then``'s
+    # still to read. Any other error is raised.
     if then is not None:
-        read()
+        with contextlib.suppress(rx.ResponseError):
+            _read_then(conn, then, budget)
     if load is None or not isinstance(exc, rx.NoScriptError):
         raise exc
-    conn.send_packed_command((load, packed) if then is None else (load, packed, then))
-    read()
+    conn.send_packed_command((load, packed) if then is None else (load, packed, *then))
+    conn.read_response() if budget is None else conn.read_response(timeout=budget)
     try:
-        return read()
+        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
     except rx.ResponseError:
         if then is not None:
-            read()
+            with contextlib.suppress(rx.ResponseError):
+                _read_then(conn, then, budget)
         raise
 
 
@@ -251,12 +267,13 @@ class SyncWire:
 
     # -- calls ------------------------------------------------------------------------------------------------
 
-    def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
+    def call(self, packed: bytes, load: bytes | None = None, then: tuple[bytes, ...] | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
         ``execute_command``): at most the socket timeout per attempt. ``load``: a packed ``SCRIPT LOAD`` sent on
         the same connection when the server does not know the script (``NOSCRIPT``: first use, a restart, a
-        failover), then the command once more. ``then``: a second packed command sent right behind it (a ``WAIT``),
-        the result then ``[reply, then's reply]``. Raises redis-py's exceptions (with the server's address noted)."""
+        failover), then the command once more. ``then``: packed commands sent right behind it (a write and a
+        ``WAIT``), the result then ``[reply, the last of their replies]``. Raises redis-py's exceptions (with the
+        server's address noted)."""
         held = self._take()
         if held is None:
             held = self._new()
@@ -278,7 +295,7 @@ class SyncWire:
             self._give(held)
 
     def command_within(self, budget: float | None, packed: bytes, *, deadline: float | None = None,
-                       load: bytes | None = None, then: bytes | None = None) -> Any:
+                       load: bytes | None = None, then: tuple[bytes, ...] | None = None) -> Any:
         """Send one packed command once (no retry) and return its reply, read at most ``budget`` seconds (``None``:
         the socket timeout). ``deadline`` (``time.monotonic()``): taking a connection from the pool and opening it
         is bounded by it too (else by the connect and socket timeouts). ``load`` and ``then`` as in :meth:`call`.
@@ -390,7 +407,7 @@ class AsyncWire:
             with contextlib.suppress(Exception):
                 await self._pool.release(conn)
 
-    async def call(self, packed: bytes, load: bytes | None = None, then: bytes | None = None) -> Any:
+    async def call(self, packed: bytes, load: bytes | None = None, then: tuple[bytes, ...] | None = None) -> Any:
         """Send one packed command and return its reply, inside the connection's retry policy (as
         ``execute_command``); ``load`` and ``then`` as in :meth:`SyncWire.call`. Cancelled, redis-py drops the
         connection (no late reply is read by a later call)."""
@@ -412,23 +429,37 @@ class AsyncWire:
             async def exchange() -> Any:
                 if not conn.is_connected:
                     await conn.connect()  # the connection class's own connect (Sentinel: asks for the master)
-                await conn.send_packed_command((packed,) if then is None else (packed, then))
+                await conn.send_packed_command((packed,) if then is None else (packed, *then))
                 try:
                     reply = await conn.read_response()
                 except rx.ResponseError as exc:
                     if then is not None:
-                        await conn.read_response()
+                        with contextlib.suppress(rx.ResponseError):
+                            await read_then(then)
                     if load is None or not isinstance(exc, rx.NoScriptError):
                         raise
-                    await conn.send_packed_command((load, packed) if then is None else (load, packed, then))
+                    await conn.send_packed_command((load, packed) if then is None else (load, packed, *then))
                     await conn.read_response()
                     try:
                         reply = await conn.read_response()
                     except rx.ResponseError:
                         if then is not None:
-                            await conn.read_response()
+                            with contextlib.suppress(rx.ResponseError):
+                                await read_then(then)
                         raise
-                return reply if then is None else [reply, await conn.read_response()]
+                return reply if then is None else [reply, await read_then(then)]
+
+            async def read_then(then: tuple[bytes, ...]) -> Any:  # as _read_then
+                error: rx.ResponseError | None = None
+                last = None
+                for _ in then:
+                    try:
+                        last = await conn.read_response()
+                    except rx.ResponseError as exc:
+                        error = error or exc
+                if error is not None:
+                    raise error
+                return last
 
             return await conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())
         except rx.RedisError as exc:

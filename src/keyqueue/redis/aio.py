@@ -152,11 +152,14 @@ class Queue(_HandleBase):
         async with self._client.pipeline(transaction=False) as pipe:
             for args in arg_lists:
                 pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-            if wanted is not None:
+            if wanted is not None:  # as _wait
+                pipe.execute_command("HINCRBY", self._state.prefix + "counters", "waits", 1)
                 pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         if wanted is not None:
-            acks = replies.pop()
+            acks, wrote = replies.pop(), replies.pop()
+            if isinstance(wrote, Exception):  # the write before WAIT refused (OOM, NOPERM): nothing confirmed
+                raise wrote
             if isinstance(acks, Exception) or int(acks) < wanted[0]:
                 raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
         return replies

@@ -153,9 +153,14 @@ class _HandleBase:
         if wanted is not None and self._cluster:
             raise ValueError("wait_replicas is not available with a cluster client (WAIT must reach the queue's node)")
         self.wait_replicas = wanted
-        # WAIT sent behind every state-changing script (WAITED), in the same round trip.
-        self._wait = None if wanted is None else self._packer.command("WAIT", wanted[0],
-                                                                      max(1, round(wanted[1] * 1000)))
+        # Sent behind every state-changing script (WAITED), in the same round trip: a write, then WAIT. WAIT waits
+        # for the last write of its own connection; a script that wrote nothing (a DEDUP add, an add repeated after
+        # an unconfirmed one) would leave WAIT nothing to wait for, or only an older write, while what the script
+        # saw may still be on its way to the replicas (written by another connection, or by this handle's first
+        # try). The write brings the connection's offset up to everything the server has.
+        self._wait = None if wanted is None else (
+            self._packer.command("HINCRBY", state.prefix + "counters", "waits", 1),
+            self._packer.command("WAIT", wanted[0], max(1, round(wanted[1] * 1000))))
         # SCRIPT LOAD of each operation, packed, sent on the connection that answered NOSCRIPT (see _wire).
         self._loads = {op: self._packer.command("SCRIPT", "LOAD", script_source(op)) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
@@ -377,11 +382,14 @@ class Queue(_HandleBase):
         pipe = self._client.pipeline(transaction=False)
         for args in arg_lists:
             pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-        if wanted is not None:
+        if wanted is not None:  # as _wait
+            pipe.execute_command("HINCRBY", self._state.prefix + "counters", "waits", 1)
             pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if wanted is not None:
-            acks = replies.pop()
+            acks, wrote = replies.pop(), replies.pop()
+            if isinstance(wrote, Exception):  # the write before WAIT refused (OOM, NOPERM): nothing confirmed
+                raise wrote
             if isinstance(acks, Exception) or int(acks) < wanted[0]:
                 raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
         return replies

@@ -26,7 +26,8 @@
 --   seq        string  the last fencing token: every lease gets a larger one, at least the queue time in µs (get)
 --   counters   hash    expired (leases that ran out and were handed out again), redelivered (done() queued a
 --                      re-added key again), marks and unmarked (keys that became "!"; "!" keys whose lease ran out):
---                      the "!" keys number marks - redelivered - unmarked, so the dirty keys are that plus the fifo
+--                      the "!" keys number marks - redelivered - unmarked, so the dirty keys are that plus the fifo;
+--                      waits (the calls of handles with wait_replicas: each writes it right before its WAIT)
 --   due        string  a lower bound of every score in proc and delay (microseconds; "inf": both empty); absent =
 --                      unknown. A script that adds or lowers such a score lowers it too; removals leave it low. So
 --                      when it is later than now nothing has run out or fallen due, and get/len skip reading proc
