@@ -188,15 +188,18 @@ def _after_error(conn: Any, exc: rx.ResponseError, packed: bytes, load: bytes | 
     # The command's reply was an error: the replies to ``then`` are read (the connection stays in step); NOSCRIPT
     # with a ``load`` loads the script and sends the command (and ``then``) once more: the new reply, ``then``'s
     # still to read. Any other error is raised.
+    def read() -> Any:
+        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+
     if then is not None:
         with contextlib.suppress(rx.ResponseError):
             _read_then(conn, then, budget)
     if load is None or not isinstance(exc, rx.NoScriptError):
         raise exc
     conn.send_packed_command((load, packed) if then is None else (load, packed, *then))
-    conn.read_response() if budget is None else conn.read_response(timeout=budget)
+    read()
     try:
-        return conn.read_response() if budget is None else conn.read_response(timeout=budget)
+        return read()
     except rx.ResponseError:
         if then is not None:
             with contextlib.suppress(rx.ResponseError):

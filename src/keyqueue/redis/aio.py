@@ -36,7 +36,6 @@ from keyqueue.redis._protocol import (
     script_source,
     translate,
     translated,
-    unconfirmed,
 )
 from keyqueue.redis._wire import AsyncWire
 from keyqueue.redis.errors import RedisQueueError
@@ -148,21 +147,14 @@ class Queue(_HandleBase):
         return replies
 
     async def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
-        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        sha, keyargs = self._sha[op], self._keyargs
         async with self._client.pipeline(transaction=False) as pipe:
             for args in arg_lists:
                 pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-            if wanted is not None:  # as _wait
-                pipe.execute_command("HINCRBY", self._state.prefix + "counters", "waits", 1)
-                pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
+            for command in self._wait_commands:
+                pipe.execute_command(*command)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        if wanted is not None:
-            acks, wrote = replies.pop(), replies.pop()
-            if isinstance(wrote, Exception):  # the write before WAIT refused (OOM, NOPERM): nothing confirmed
-                raise wrote
-            if isinstance(acks, Exception) or int(acks) < wanted[0]:
-                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
-        return replies
+        return self._confirmed_batch(op, replies)
 
     @property
     def _getters(self) -> int:

@@ -158,9 +158,9 @@ class _HandleBase:
         # an unconfirmed one) would leave WAIT nothing to wait for, or only an older write, while what the script
         # saw may still be on its way to the replicas (written by another connection, or by this handle's first
         # try). The write brings the connection's offset up to everything the server has.
-        self._wait = None if wanted is None else (
-            self._packer.command("HINCRBY", state.prefix + "counters", "waits", 1),
-            self._packer.command("WAIT", wanted[0], max(1, round(wanted[1] * 1000))))
+        self._wait_commands: tuple[tuple[Any, ...], ...] = () if wanted is None else (
+            ("HINCRBY", state.prefix + "counters", "waits", 1), ("WAIT", wanted[0], max(1, round(wanted[1] * 1000))))
+        self._wait = tuple(self._packer.command(*c) for c in self._wait_commands) or None
         # SCRIPT LOAD of each operation, packed, sent on the connection that answered NOSCRIPT (see _wire).
         self._loads = {op: self._packer.command("SCRIPT", "LOAD", script_source(op)) for op in OPERATIONS}
         self._socket_timeout = socket_timeout_of(client)
@@ -196,6 +196,19 @@ class _HandleBase:
         if int(acks) < self.wait_replicas[0]:
             raise unconfirmed(self._where(), shown, int(acks), self.wait_replicas)
         return reply
+
+    def _confirmed_batch(self, op: str, replies: list[Any]) -> list[Any]:
+        # A pipelined batch's replies ending in those of _wait_commands: the batch's own, if enough replicas
+        # confirmed it. The write before WAIT refused (OOM, NOPERM) raises its error: nothing is confirmed.
+        wanted = self.wait_replicas
+        if wanted is None:
+            return replies
+        acks, wrote = replies.pop(), replies.pop()
+        if isinstance(wrote, Exception):
+            raise wrote
+        if isinstance(acks, Exception) or int(acks) < wanted[0]:
+            raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
+        return replies
 
     def _where(self, exc: BaseException | None = None) -> str:
         # The server a failed call talked to, for its error: the connection's address, else the client's.
@@ -378,21 +391,13 @@ class Queue(_HandleBase):
         return replies
 
     def _pipelined(self, op: str, arg_lists: list[list[str]]) -> list[Any]:
-        sha, keyargs, wanted = self._sha[op], self._keyargs, self.wait_replicas
+        sha, keyargs = self._sha[op], self._keyargs
         pipe = self._client.pipeline(transaction=False)
         for args in arg_lists:
             pipe.execute_command("EVALSHA", sha, *keyargs, *args)  # (a cluster pipeline blocks .evalsha)
-        if wanted is not None:  # as _wait
-            pipe.execute_command("HINCRBY", self._state.prefix + "counters", "waits", 1)
-            pipe.execute_command("WAIT", wanted[0], max(1, round(wanted[1] * 1000)))
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        if wanted is not None:
-            acks, wrote = replies.pop(), replies.pop()
-            if isinstance(wrote, Exception):  # the write before WAIT refused (OOM, NOPERM): nothing confirmed
-                raise wrote
-            if isinstance(acks, Exception) or int(acks) < wanted[0]:
-                raise unconfirmed(self._where(), op, 0 if isinstance(acks, Exception) else int(acks), wanted)
-        return replies
+        for command in self._wait_commands:
+            pipe.execute_command(*command)
+        return self._confirmed_batch(op, pipe.execute(raise_on_error=False))
 
     @property
     def _getters(self) -> int:
