@@ -119,7 +119,9 @@ def test_deletion_waits_for_the_cleanup(operator: Operator, kube_namespace: str)
         return False
 
     eventually(gone, timeout=30)
-    assert operator.cleaned == [f"{kube_namespace}/alice"]
+    # At least once: a reconcile whose finalizer patch met a newer version (409) runs again, cleanup included, so a
+    # cleanup must be safe to repeat.
+    assert set(operator.cleaned) == {f"{kube_namespace}/alice"}
 
 
 def test_invalid_greetings_are_refused(crd: None, kube_api_client: client.ApiClient, kube_namespace: str) -> None:
