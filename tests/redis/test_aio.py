@@ -203,7 +203,7 @@ def test_renewal_and_a_first_connect_on_a_dead_connection_are_bounded(redis_url:
                     await q.len()
                 control_s = time.monotonic() - start
                 proxy.restore()
-                assert await q._renew() is True
+                await q._renew()  # answered again (it raises if not)
                 assert await q.done("k") is False
                 await q.delete()
             return renew_s, connect_s, control_s
@@ -212,3 +212,21 @@ def test_renewal_and_a_first_connect_on_a_dead_connection_are_bounded(redis_url:
     assert renew_s < 0.3 + bound
     assert connect_s < 0.5 + bound
     assert control_s >= 0.3 + bound
+
+
+def test_one_heartbeat_task_and_none_after_aclose(redis_url: str) -> None:
+    async def main() -> None:
+        q = rq.Queue(f"aio-{uuid.uuid4().hex[:8]}", url=redis_url)
+        await q.add_many(["a", "b"])
+        assert {await q.get(timeout=5), await q.get(timeout=5)} == {"a", "b"}
+        beat = q._beat
+        assert beat is not None and not beat.done()
+        q._ensure_heartbeat()
+        assert q._beat is beat  # the second get started none
+        await q.delete()
+        await q.aclose()
+        assert beat.done()
+        q._ensure_heartbeat()  # a get whose key arrives after aclose() would call this
+        assert q._beat is beat
+
+    asyncio.run(main())

@@ -4,6 +4,7 @@ arithmetic checked against keyqueue.ratelimit on the same inputs."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -438,3 +439,63 @@ def test_a_renewal_that_moves_a_deadline_earlier_lowers_the_due_hint(new_queue: 
     assert lost == []
     due, scores = _due_and_scores(rclient, "due-renew")
     assert scores == [530e6] and due is not None and float(due) <= 530e6
+
+
+class _UnguardedStart(Queue):
+    """The control's handle: its heartbeat is started by a check-then-act without the lock."""
+
+    def _ensure_heartbeat(self) -> None:
+        if self._beat is None:
+            beat = threading.Thread(target=lambda: None, name=f"keyqueue-redis-heartbeat-{self.name}")
+            beat.start()
+            self._beat = beat
+
+
+@pytest.mark.parametrize("cls", [Queue, _UnguardedStart], ids=["handle", "control-unguarded"])
+def test_gets_handing_out_keys_at_once_start_one_heartbeat(
+    cls: type[Queue], new_queue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight gets hand out their keys at once. A heartbeat thread's construction waits (up to 1 s) for a second one:
+    # with the handle's lock the other getters wait on the lock, find the thread started and start none; the control,
+    # which checks and starts without the lock, starts a second while the first is still being built.
+    q = new_queue(cls)
+    q.add_many([f"k{i}" for i in range(8)])
+    real = threading.Thread
+    started: list[threading.Thread] = []
+    arrived = threading.Condition()
+
+    class Counted(real):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if str(kwargs.get("name", "")).startswith("keyqueue-redis-heartbeat-"):
+                with arrived:
+                    started.append(self)
+                    arrived.notify_all()
+                    arrived.wait_for(lambda: len(started) > 1, timeout=1.0)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(threading, "Thread", Counted)
+    barrier = threading.Barrier(8)
+    got: list[str] = []
+
+    def take() -> None:
+        barrier.wait()
+        got.append(q.get(timeout=10))
+
+    getters = [real(target=take) for _ in range(8)]
+    for t in getters:
+        t.start()
+    for t in getters:
+        t.join(30)
+    monkeypatch.undo()
+    assert sorted(got) == sorted(f"k{i}" for i in range(8))
+    if cls is Queue:
+        assert len(started) == 1
+    else:
+        assert len(started) > 1, "the unguarded start started one thread: this test cannot see the race"
+
+
+def test_no_heartbeat_starts_after_close(new_queue: Any) -> None:
+    q = new_queue()
+    q.close()
+    q._ensure_heartbeat()  # a get whose key arrives after close() would call this
+    assert q._beat is None

@@ -38,7 +38,6 @@ from keyqueue.redis._protocol import (
     translated,
 )
 from keyqueue.redis._wire import AsyncWire
-from keyqueue.redis.errors import RedisQueueError
 from keyqueue.redis.threaded import RateLimitedHandle, _HandleBase
 
 __all__ = ["DelayingQueue", "Queue", "RateLimitingQueue"]
@@ -58,9 +57,8 @@ async def _heartbeat(ref: weakref.ReferenceType[Queue], interval: float) -> None
         if queue is None:
             return
         try:
-            if not await queue._renew():
-                return
-        except RedisQueueError as exc:  # Redis down: try again at the next beat (the lease may still hold)
+            await queue._renew()
+        except Exception as exc:  # Redis down: log, and try again at the next beat (the lease may still hold)
             log.warning("Redis queue %r: lease renewal failed: %s", queue.name, exc)
         del queue
 
@@ -82,7 +80,8 @@ class Queue(_HandleBase):
 
     def _init_shell(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._beat: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None  # started once, by the first get that hands out a key
+        self._closed = False  # set by aclose(): no heartbeat starts after it
         self._idle: list[asyncio.Future[None]] = []  # shut_down_with_drain() callers
         self._scrape_client: Any = None  # the synchronous client of metrics scrapes (see _depth)
         self._scrape_lock = threading.Lock()
@@ -187,21 +186,22 @@ class Queue(_HandleBase):
         self._wake_soon()
 
     def _ensure_heartbeat(self) -> None:
-        if self._beat is None or self._beat.done():
+        # Called by every get that hands a key out: the first starts the one heartbeat task; none starts after
+        # aclose().
+        if self._beat is None and not self._closed:
             self._beat = asyncio.get_running_loop().create_task(
                 _heartbeat(weakref.ref(self), self.lease_seconds / 3), name=f"keyqueue-redis-heartbeat-{self.name}"
             )
 
-    async def _renew(self) -> bool:
+    async def _renew(self) -> None:
         state = self._state
         todo = state.renew_args()
         if todo is None:
-            return not state.shutting_down
+            return
         args, pairs = todo
         # Bounded by the beat interval, as in the threaded shell: a renewal not answered by the next beat is cancelled
         # (its connection dropped) and the next beat tries again.
         state.on_renew(pairs, await self._within(self.lease_seconds / 3, "renew", self._call("renew", args)))
-        return True
 
     # -- adding -----------------------------------------------------------------------------------------------
 
@@ -384,6 +384,7 @@ class Queue(_HandleBase):
     async def aclose(self) -> None:
         """Shut this handle down, stop its heartbeat, close the client it built from ``url``. Idempotent."""
         self.shut_down()
+        self._closed = True
         beat = self._beat
         if beat is not None and not beat.done():
             beat.cancel()

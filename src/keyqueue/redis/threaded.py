@@ -8,8 +8,9 @@ and kept until :meth:`Queue.close`, which gives them back: as many as it had cal
 ``redis.cluster.RedisCluster`` client is driven through its own ``evalsha``/``blpop``/pipeline instead. Every operation
 is one script (:mod:`keyqueue.redis._protocol`); a blocked ``get`` waits in ``BLPOP``.
 One background thread per handle (``keyqueue-redis-heartbeat-<name>``, a daemon) renews the leases of the keys
-this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` until
-:meth:`Queue.close` (or until the handle is shut down with nothing held, or garbage-collected).
+this handle holds, every ``lease / 3`` seconds, in one round trip; it exists from the first ``get`` that hands out a
+key until :meth:`Queue.close` (or until the handle is garbage-collected), through a shutdown: keys still held while
+draining stay leased.
 """
 
 from __future__ import annotations
@@ -94,8 +95,7 @@ def _heartbeat(ref: weakref.ReferenceType[Queue], stop: threading.Event, interva
         if queue is None:
             return
         try:
-            if not queue._renew():
-                return
+            queue._renew()
         except Exception as exc:  # Redis down: log, and try again at the next beat (the lease may still hold)
             log.warning("Redis queue %r: lease renewal failed: %s", queue.name, exc)
         del queue
@@ -318,8 +318,9 @@ class Queue(_HandleBase):
         self._idle = threading.Condition(self._state.lock)  # shut_down_with_drain() waits here for held keys to finish
         # The lean path of every call but add_many (see keyqueue.redis._wire); a cluster client's own otherwise.
         self._wire: Any = None if self._cluster else SyncWire(self._client)
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()  # set by close(): the heartbeat ends and none starts again
+        self._beat: threading.Thread | None = None  # started once, by the first get that hands out a key
+        self._beat_lock = threading.Lock()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -420,25 +421,29 @@ class Queue(_HandleBase):
             log.warning("Redis queue %r: could not wake getters after a clock jump: %s", self.name, exc)
 
     def _ensure_heartbeat(self) -> None:
-        if self._beat is None or not self._beat.is_alive():
-            self._stop.clear()
-            self._beat = threading.Thread(
-                target=_heartbeat, args=(weakref.ref(self), self._stop, self.lease_seconds / 3),
-                name=f"keyqueue-redis-heartbeat-{self.name}", daemon=True,
-            )
-            self._beat.start()
+        # Called by every get that hands a key out: the first starts the one heartbeat thread (under _beat_lock, so
+        # two first gets at once start one); none starts after close().
+        if self._beat is not None:
+            return
+        with self._beat_lock:
+            if self._beat is None and not self._stop.is_set():
+                beat = threading.Thread(
+                    target=_heartbeat, args=(weakref.ref(self), self._stop, self.lease_seconds / 3),
+                    name=f"keyqueue-redis-heartbeat-{self.name}", daemon=True,
+                )
+                beat.start()
+                self._beat = beat
 
-    def _renew(self) -> bool:
-        """One heartbeat: renew every lease this handle holds. False: stop beating (shut down, nothing held)."""
+    def _renew(self) -> None:
+        """One heartbeat: renew every lease this handle holds (nothing is sent when it holds none)."""
         state = self._state
         todo = state.renew_args()
         if todo is None:
-            return not state.shutting_down
+            return
         args, pairs = todo
         # Bounded by the beat interval: a renewal that has not answered by the next beat is given up (its connection
         # dropped); the next beat tries again on another connection.
         state.on_renew(pairs, self._call_by(time.monotonic() + self.lease_seconds / 3, "renew", args))
-        return True
 
     # -- adding -----------------------------------------------------------------------------------------------
 
