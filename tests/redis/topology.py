@@ -52,6 +52,20 @@ class SentinelSetup:
                 return c.info("replication")["role"] == "master"
         eventually(switched, timeout=timeout, interval=0.1)
 
+    def rejoin_empty(self, server: RedisServer, primary: RedisServer, timeout: float = 30.0) -> None:
+        """Start ``server`` again after a crash that lost its data, as an operator must: a replica of ``primary``
+        that the Sentinels cannot promote (``replica-priority 0``) until its first sync is done.
+
+        The Sentinels would promote it before: a replica that never synced reports its link down since "-1", which
+        passes their check, and a restarted node that comes back as an empty master is promotable until they
+        convert it (about 8 s). A stall of ``primary`` past ``down-after-milliseconds`` in that window would make
+        them fail over onto the empty node and turn ``primary`` into its replica, which drops everything."""
+        server.extra_args = ("--replicaof", "127.0.0.1", str(primary.port), "--replica-priority", "0")
+        server.start()
+        with contextlib.closing(redis.Redis(port=server.port, decode_responses=True)) as c:
+            eventually(lambda: c.info("replication").get("master_link_status") == "up", timeout=timeout)
+            c.config_set("replica-priority", 100)
+
 
 def _sentinel(directory: str, port: int, primary_port: int) -> subprocess.Popen[bytes]:
     conf = os.path.join(directory, f"sentinel-{port}.conf")
