@@ -296,7 +296,8 @@ class _Ledger:
                            c.lpos(prefix + "fifo", key)) for key in missing}
             shape = (c.llen(prefix + "fifo"), c.zcard(prefix + "proc"), c.get(prefix + "due"), c.time(),
                      [t.is_alive() for t in threading.enumerate() if t.name.startswith("ledger-")])
-        raise AssertionError(f"not handed out (state, proc score, fifo index): {where}; fifo, proc, due, time, "
+        raise AssertionError(f"not handed out (state, proc score, fifo index) on the primary {host}:{port} (was "
+                             f"{setup.primary.port}, then {setup.replica.port}): {where}; fifo, proc, due, time, "
                              f"workers alive: {shape}; failures: {self.failures!r}")
 
     def guard(self, fn: Any, q: Any, stop: threading.Event) -> None:
